@@ -1,0 +1,69 @@
+"""The ``mrbench`` command line (Typer). Commands live in :mod:`harness.commands`.
+
+User errors (unknown names, bad values, bad files) print ``error: …`` and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from harness.errors import UserError
+from harness.registry import RegistryError
+
+app = typer.Typer(
+    name="mrbench",
+    help="Benchmark harness for multi-reward GRPO: compare advantage estimators across tasks, models and seeds.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+COMMAND_MODULES = (
+    "harness.commands.catalog",
+    "harness.commands.advantages",
+    "harness.commands.run",
+    "harness.commands.score",
+    "harness.commands.sweep",
+    "harness.commands.report",
+    "harness.commands.ui",
+)
+
+for _name in COMMAND_MODULES:
+    try:
+        _module = importlib.import_module(_name)
+    except ModuleNotFoundError as _exc:  # a command whose module is not part of this build
+        if _exc.name != _name:
+            raise
+        continue
+    _module.register(app)
+
+
+def main() -> None:
+    """Entry point with user errors turned into exit code 2 and a one-line message."""
+    try:
+        app(standalone_mode=False)
+    except (UserError, RegistryError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors raised in non-standalone mode
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

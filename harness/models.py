@@ -1,0 +1,337 @@
+"""Models: offline tiny presets built and warm-started locally, or any Hugging Face id / local path.
+
+A tiny preset is a Qwen2-shaped causal LM with a byte-level BPE tokenizer trained here, then
+warm-started by supervised fine-tuning (SFT) on the tasks' demonstrations, so that GRPO starts
+from rewards that are non-zero but clearly improvable. The result is cached under
+``results/models/<preset>-<key>/``; the key hashes the architecture, tokenizer and SFT settings
+and the demonstrations themselves, so adding or changing a task rebuilds the model.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+from harness.tracking import results_dir
+
+log = logging.getLogger(__name__)
+
+BUILDER_VERSION = 1  # bump to invalidate every cached tiny model
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyPreset:
+    """Architecture and warm-start recipe of one tiny model (parameter counts in the docstring table)."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    sft_steps: int
+    sft_lr: float
+    vocab_size: int = 1024
+    max_position_embeddings: int = 1024
+    sft_batch_size: int = 16
+    demos_per_task: int = 600
+
+
+# Each rung has roughly 4× the parameters of the previous one (~0.5M, 2M, 8M, 32M).
+# The SFT budget is deliberately short: the warm start should teach the output formats,
+# not solve the tasks, so that GRPO has room to improve.
+TINY_PRESETS: dict[str, TinyPreset] = {
+    "tiny": TinyPreset(96, 3, 4, 2, 384, sft_steps=220, sft_lr=3e-3),
+    "tiny-s": TinyPreset(160, 4, 4, 2, 640, sft_steps=260, sft_lr=2e-3),
+    "tiny-m": TinyPreset(256, 8, 8, 4, 1024, sft_steps=300, sft_lr=1e-3),
+    "tiny-l": TinyPreset(512, 8, 8, 4, 2048, sft_steps=300, sft_lr=5e-4),
+}
+
+
+def validate_model_name(name: str) -> None:
+    """Accept a tiny preset, an existing local path, or a hub id ``org/name``; else :class:`UserError`."""
+    if name in TINY_PRESETS or Path(name).exists():
+        return
+    if "/" in name and not name.startswith(("/", ".")) and name.count("/") == 1:
+        return  # a hub id: resolved at load time (needs hub access or a local HF cache)
+    close = difflib.get_close_matches(name, list(TINY_PRESETS), n=2, cutoff=0.5)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise UserError(
+        f"unknown model {name!r}.{hint} Use a tiny preset ({', '.join(TINY_PRESETS)}), "
+        "a Hugging Face id like 'Qwen/Qwen2.5-0.5B-Instruct', or a local model folder."
+    )
+
+
+def count_parameters(preset: TinyPreset) -> int:
+    """Parameters of the model a preset builds (tied input/output embeddings)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    with _torch_meta():
+        model = Qwen2ForCausalLM(Qwen2Config(**_qwen2_kwargs(preset)))
+    return sum(p.numel() for p in model.parameters())
+
+
+class _torch_meta:
+    """Build on the meta device (no memory, no init time) for counting."""
+
+    def __enter__(self) -> None:
+        import torch
+
+        self._ctx = torch.device("meta")
+        self._ctx.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._ctx.__exit__(*exc)
+
+
+def _qwen2_kwargs(preset: TinyPreset) -> dict[str, Any]:
+    return {
+        "vocab_size": preset.vocab_size,
+        "hidden_size": preset.hidden_size,
+        "num_hidden_layers": preset.num_hidden_layers,
+        "num_attention_heads": preset.num_attention_heads,
+        "num_key_value_heads": preset.num_key_value_heads,
+        "intermediate_size": preset.intermediate_size,
+        "max_position_embeddings": preset.max_position_embeddings,
+        "tie_word_embeddings": True,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+    }
+
+
+# --------------------------------------------------------------------------- demonstrations
+
+
+def collect_demonstrations(per_task: int, seed: int = 0) -> tuple[list[tuple[list[dict], str]], list[str]]:
+    """Demonstrations from every task that can be built here, and the names of those tasks.
+
+    A task whose package is not available (ImportError) is left out with a log line; the cache
+    key covers which tasks were used, so the model is rebuilt once the task appears.
+    """
+    import tasks
+
+    demos: list[tuple[list[dict], str]] = []
+    used: list[str] = []
+    for entry in tasks.TASKS:
+        try:
+            task = entry.obj(**entry.params)
+        except ImportError as exc:
+            log.warning("warm start: task %s unavailable (%s); not included", entry.name, exc)
+            continue
+        demos.extend(task.demonstrations(per_task, seed))
+        used.append(f"{task.name}@{task.version}")
+    if not demos:
+        raise UserError("no task could provide demonstrations for the tiny model's warm start")
+    return demos, used
+
+
+def _demos_digest(demos: list[tuple[list[dict], str]]) -> str:
+    h = hashlib.sha256()
+    for prompt, completion in demos:
+        h.update(json.dumps([prompt, completion], sort_keys=True).encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> Any:
+    """A byte-level BPE tokenizer trained on ``texts``, with Qwen-style chat markup as special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        padding_side="left",
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+# --------------------------------------------------------------------------- build
+
+
+def tiny_cache_key(name: str, preset: TinyPreset, demos_digest: str, tasks_used: list[str]) -> str:
+    """Hash of everything that determines the built model."""
+    payload = {"v": BUILDER_VERSION, "name": name, "preset": asdict(preset), "demos": demos_digest, "tasks": tasks_used}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _encode_demo(tok: Any, prompt: list[dict], completion: str, max_len: int) -> tuple[list[int], list[int]]:
+    prompt_ids = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "keys"):
+        prompt_ids = prompt_ids["input_ids"]
+    completion_ids = tok(completion + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    ids = (list(prompt_ids) + completion_ids)[-max_len:]
+    n_completion = min(len(completion_ids), len(ids))
+    labels = [-100] * (len(ids) - n_completion) + ids[len(ids) - n_completion :]
+    return ids, labels
+
+
+def sft_warm_start(model: Any, tok: Any, demos: list[tuple[list[dict], str]], preset: TinyPreset, seed: int) -> float:
+    """Supervised fine-tuning on (prompt, completion) pairs, loss on completion tokens only.
+
+    A plain loop (not TRL's SFTTrainer): it is a few hundred steps on a sub-10M model, and the
+    explicit loop keeps the warm start fast and easy to read. Returns the final mean loss.
+    """
+    import torch
+
+    rng = random.Random(seed)
+    encoded = [_encode_demo(tok, p, c, preset.max_position_embeddings) for p, c in demos]
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=preset.sft_lr, weight_decay=0.0)
+    warmup = max(1, preset.sft_steps // 10)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, preset.sft_steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    losses: list[float] = []
+    for _ in range(preset.sft_steps):
+        batch = rng.sample(encoded, min(preset.sft_batch_size, len(encoded)))
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (ids, lab) in enumerate(batch):  # right padding for training
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            labels[row, : len(lab)] = torch.tensor(lab)
+            attention[row, : len(ids)] = 1
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    model.eval()
+    tail = losses[-20:]
+    return sum(tail) / len(tail)
+
+
+def build_tiny_model(
+    preset: TinyPreset, out_dir: Path, demos: list[tuple[list[dict], str]], seed: int = 0
+) -> dict[str, Any]:
+    """Train the tokenizer, initialise the model, warm-start it and save both to ``out_dir``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    start = time.perf_counter()
+    texts = []
+    for prompt, completion in demos:
+        texts.extend(m["content"] for m in prompt)
+        texts.append(completion)
+    texts.extend(CHAT_TEMPLATE.split("{%"))  # keep markup fragments in the merges
+    tok = train_tokenizer(texts, preset.vocab_size)
+    torch.manual_seed(seed)
+    kwargs = _qwen2_kwargs(preset)
+    kwargs.update(
+        vocab_size=len(tok),
+        bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(Qwen2Config(**kwargs))
+    model.generation_config.eos_token_id = kwargs["eos_token_id"]
+    model.generation_config.pad_token_id = kwargs["pad_token_id"]
+    model.generation_config.bos_token_id = kwargs["bos_token_id"]
+    sft_loss = sft_warm_start(model, tok, demos, preset, seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "sft_final_loss": round(sft_loss, 4),
+        "build_seconds": round(time.perf_counter() - start, 1),
+        "demonstrations": len(demos),
+    }
+
+
+def prepare_model(name: str, *, seed: int = 0) -> str:
+    """A path or hub id that ``from_pretrained`` can load; builds and caches tiny presets on first use.
+
+    Concurrent callers (sweep workers) are serialised by a file lock; a half-built model is
+    never visible because the folder is renamed into place only when complete.
+    """
+    validate_model_name(name)
+    if name not in TINY_PRESETS:
+        return name
+    from filelock import FileLock
+
+    preset = TINY_PRESETS[name]
+    demos, used = collect_demonstrations(preset.demos_per_task, seed=0)
+    key = tiny_cache_key(name, preset, _demos_digest(demos), used)
+    root = results_dir() / "models"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{name}-{key}"
+    with FileLock(str(root / f".{name}-{key}.lock")):
+        if (final / "mrbench_model.json").exists():
+            return str(final)
+        tmp = root / f".building-{name}-{key}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        log.info("building tiny model %s (%s) from %d demonstrations of %s", name, key, len(demos), used)
+        # The build seed is fixed: the model is shared by every cell (seeds vary the RL run, not the start).
+        meta = build_tiny_model(preset, tmp, demos, seed=0)
+        meta.update(preset=name, key=key, tasks=used)
+        (tmp / "mrbench_model.json").write_text(json.dumps(meta, indent=2))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    return str(final)
+
+
+def load_tokenizer(path: str) -> Any:
+    """Tokenizer with left padding and a pad token (generation needs both)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except OSError as exc:
+        raise UserError(f"cannot load tokenizer for model {path!r}: {exc}") from None
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(path: str, *, dtype: str = "auto") -> Any:
+    """Causal LM from a path or hub id, with a clear error when it cannot be loaded."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except OSError as exc:
+        raise UserError(f"cannot load model {path!r}: {exc}") from None
