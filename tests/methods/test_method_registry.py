@@ -1,0 +1,87 @@
+"""Contract tests over every registered method, and the registry's user-facing errors."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness.registry import RegistryError, UnknownNameError, UnknownParamError
+from methods import METHODS, compute_advantages, get_method, register_method
+
+EXPECTED = {"grpo", "dr-grpo", "gdpo", "gdpo-nobn", "corrgrpo", "corrgrpo-guarded", "gdpo-corr"}
+
+
+def test_expected_names_registered() -> None:
+    assert set(METHODS.names()) == EXPECTED
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_uniform_signature(name: str) -> None:
+    entry = get_method(name)
+    params = list(inspect.signature(entry.obj).parameters.values())
+    assert [p.name for p in params[:2]] == ["rewards", "weights"]
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params[:2])
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:]), name
+    assert all(isinstance(v, int | float | bool | str) for v in entry.params.values())
+    assert entry.summary, name
+    doc = inspect.getdoc(entry.obj) or ""
+    assert "[P, G, K]" in doc and "[P, G]" in doc and "[K]" in doc, name
+    for dtype in (torch.float32, torch.float64):
+        r = torch.randn(3, 5, 2, dtype=dtype)
+        adv = entry.obj(r, torch.ones(2, dtype=dtype))
+        assert adv.shape == (3, 5) and adv.dtype == dtype and torch.isfinite(adv).all()
+
+
+def test_unknown_name_suggests() -> None:
+    with pytest.raises(UnknownNameError) as info:
+        get_method("grpoo")
+    assert "grpo" in info.value.suggestions
+    assert "did you mean" in str(info.value).lower()
+    with pytest.raises(UnknownNameError):
+        compute_advantages("corr-grpo", torch.zeros(1, 2, 1))
+
+
+def test_duplicate_registration_refused() -> None:
+    def again(rewards, weights):  # pragma: no cover - never called
+        return rewards
+
+    with pytest.raises(RegistryError, match="already registered"):
+        register_method("grpo")(again)
+    assert get_method("grpo").obj.__name__ == "grpo"
+
+
+def test_unknown_param_refused_and_strings_coerced() -> None:
+    r = torch.randn(2, 4, 3)
+    with pytest.raises(UnknownParamError, match=r"'epsilon'.*Did you mean 'eps'"):
+        compute_advantages("grpo", r, epsilon=1e-4)
+    with pytest.raises(UnknownParamError):
+        compute_advantages("dr-grpo", r, eps=1e-4)
+    assert torch.equal(compute_advantages("grpo", r, eps="1e-4"), compute_advantages("grpo", r, eps=1e-4))
+    with pytest.raises(RegistryError, match="bad value"):
+        compute_advantages("grpo", r, eps="tiny")
+
+
+def test_bad_shapes_named() -> None:
+    with pytest.raises(ValueError, match=r"\(4, 3\)"):
+        compute_advantages("grpo", torch.zeros(4, 3))
+    with pytest.raises(ValueError, match=r"weights must have shape \(3,\).*\(2,\)"):
+        compute_advantages("grpo", torch.zeros(1, 4, 3), torch.ones(2))
+    with pytest.raises(ValueError, match="finite"):
+        compute_advantages("grpo", torch.zeros(1, 4, 2), torch.tensor([1.0, float("nan")]))
+
+
+def test_default_weights_are_ones() -> None:
+    r = torch.randn(3, 4, 2, dtype=torch.float64)
+    assert torch.equal(compute_advantages("gdpo", r), compute_advantages("gdpo", r, torch.ones(2)))
+
+
+def test_import_does_no_work() -> None:
+    # Importing methods must not pull in the heavy stack (TRL, transformers) or touch the disk.
+    heavy = "('trl', 'transformers', 'mlflow')"
+    code = f"import sys, methods; print(sorted(m for m in {heavy} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
