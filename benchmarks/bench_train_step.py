@@ -34,14 +34,29 @@ def seconds_per_step(trainer_cls, model_path, task, steps, extra):
     rows = [{"prompt": s.prompt, **s.columns} for s in task.train_samples()]
     with tempfile.TemporaryDirectory() as out:
         cfg = GRPOConfig(
-            output_dir=out, max_steps=steps, per_device_train_batch_size=32, num_generations=8,
-            max_completion_length=task.max_completion_tokens, learning_rate=5e-4, lr_scheduler_type="constant",
-            logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False, disable_tqdm=True,
-            remove_unused_columns=False, seed=0,
+            output_dir=out,
+            max_steps=steps,
+            per_device_train_batch_size=32,
+            num_generations=8,
+            max_completion_length=task.max_completion_tokens,
+            learning_rate=5e-4,
+            lr_scheduler_type="constant",
+            logging_steps=1,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            bf16=False,
+            disable_tqdm=True,
+            remove_unused_columns=False,
+            seed=0,
         )
         trainer = trainer_cls(
-            model=load_model(model_path), reward_funcs=[c.fn for c in task.reward_components()], args=cfg,
-            train_dataset=Dataset.from_list(rows), processing_class=tok, **extra,
+            model=load_model(model_path),
+            reward_funcs=[c.fn for c in task.reward_components()],
+            args=cfg,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tok,
+            **extra,
         )
         start = time.perf_counter()
         trainer.train()
@@ -68,7 +83,10 @@ def main() -> int:
         harness.append(seconds_per_step(MultiRewardGRPOTrainer, model_path, task, args.steps, ours))
     p, h = statistics.median(plain), statistics.median(harness)
     overhead = h / p - 1
-    print(f"model {args.model}, task {args.task}, {args.steps} steps × {args.repeats} alternating repeats, batch 4×8")
+    print(
+        f"model {args.model}, task {args.task}, {args.steps} steps"
+        f" × {args.repeats} alternating repeats, 4×8 batch"
+    )
     print("| trainer | median s/step | all runs (s/step) |")
     print("|---|---|---|")
     print(f"| TRL GRPOTrainer | {p:.3f} | {', '.join(f'{x:.3f}' for x in plain)} |")

@@ -15,7 +15,7 @@ from harness.registry import RegistryError
 
 app = typer.Typer(
     name="mrbench",
-    help="Benchmark harness for multi-reward GRPO: compare advantage estimators across tasks, models and seeds.",
+    help="Benchmark harness for multi-reward GRPO: compare advantage estimators across tasks, models, seeds.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -32,19 +32,14 @@ COMMAND_MODULES = (
 )
 
 for _name in COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(_name)
-    except ModuleNotFoundError as _exc:  # a command whose module is not part of this build
-        if _exc.name != _name:
-            raise
-        continue
-    _module.register(app)
+    importlib.import_module(_name).register(app)
 
 
 def main() -> None:
     """Entry point with user errors turned into exit code 2 and a one-line message."""
     try:
-        app(standalone_mode=False)
+        # Non-standalone click *returns* the exit code of typer.Exit instead of raising it.
+        code = app(standalone_mode=False)
     except (UserError, RegistryError) as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -63,6 +58,7 @@ def main() -> None:
             exc.show()
             sys.exit(exc.exit_code)
         raise
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

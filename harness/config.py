@@ -29,7 +29,7 @@ class TrainSettings:
     """G: completions sampled per prompt (the group size of every estimator)."""
     prompts_per_step: int = 4
     """Prompts per optimizer step; the batch holds prompts_per_step × num_generations completions."""
-    learning_rate: float = 5e-4
+    learning_rate: float = 3e-4
     """AdamW learning rate (tiny models need far more than the paper's 1e-6 for 7B models)."""
     beta: float = 0.0
     """KL coefficient against the reference model (0 = no reference model, as TRL's default)."""
@@ -126,8 +126,14 @@ class RunSpec:
         return f"{self.method}|{self.task}|{self.model}|s{self.seed}"
 
     def flat_params(self) -> dict[str, str]:
-        """MLflow params: ``method``, ``method.<hp>``, ``task``, ``task.<setting>``, ``model``, ``seed``, ``train.<field>``."""
-        flat: dict[str, str] = {"method": self.method, "task": self.task, "model": self.model, "seed": str(self.seed)}
+        """MLflow params: ``method``, ``method.<hp>``, ``task``, ``task.<setting>``, ``model``, ``seed``,
+        ``train.<field>``."""
+        flat: dict[str, str] = {
+            "method": self.method,
+            "task": self.task,
+            "model": self.model,
+            "seed": str(self.seed),
+        }
         flat.update({f"method.{k}": str(v) for k, v in self.method_params.items()})
         flat.update({f"task.{k}": str(v) for k, v in self.task_params.items()})
         flat.update({f"train.{k}": str(v) for k, v in dataclasses.asdict(self.train).items()})

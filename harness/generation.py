@@ -24,14 +24,19 @@ class HFGenerator:
         import torch
 
         tok = self.tokenizer
-        texts = [tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=False) for conv in conversations]
+        texts = [
+            tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+            for conv in conversations
+        ]
         outputs: list[str] = []
         was_training = self.model.training
         self.model.eval()
         try:
             for start in range(0, len(texts), self.batch_size):
                 chunk = texts[start : start + self.batch_size]
-                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
+                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(
+                    self.model.device
+                )
                 with torch.no_grad():
                     out = self.model.generate(
                         **enc,

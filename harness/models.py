@@ -47,20 +47,22 @@ class TinyPreset:
     intermediate_size: int
     sft_steps: int
     sft_lr: float
-    vocab_size: int = 1024
+    vocab_size: int = 2048
     max_position_embeddings: int = 1024
     sft_batch_size: int = 16
-    demos_per_task: int = 600
+    demos_per_task: int = 1500
+    drop_final_line_fraction: float = 0.5
+    """Share of demonstrations whose final line is left out before SFT (see :func:`drop_final_lines`)."""
 
 
-# Each rung has roughly 4× the parameters of the previous one (~0.5M, 2M, 8M, 32M).
+# Each rung has roughly 4× the parameters of the previous one (~0.56M, 1.9M, 8.4M, 32.5M).
 # The SFT budget is deliberately short: the warm start should teach the output formats,
 # not solve the tasks, so that GRPO has room to improve.
 TINY_PRESETS: dict[str, TinyPreset] = {
-    "tiny": TinyPreset(96, 3, 4, 2, 384, sft_steps=220, sft_lr=3e-3),
-    "tiny-s": TinyPreset(160, 4, 4, 2, 640, sft_steps=260, sft_lr=2e-3),
-    "tiny-m": TinyPreset(256, 8, 8, 4, 1024, sft_steps=300, sft_lr=1e-3),
-    "tiny-l": TinyPreset(512, 8, 8, 4, 2048, sft_steps=300, sft_lr=5e-4),
+    "tiny": TinyPreset(96, 3, 4, 2, 384, sft_steps=400, sft_lr=3e-3),
+    "tiny-s": TinyPreset(160, 4, 4, 2, 640, sft_steps=400, sft_lr=2e-3),
+    "tiny-m": TinyPreset(256, 8, 8, 4, 1024, sft_steps=400, sft_lr=1e-3),
+    "tiny-l": TinyPreset(512, 8, 8, 4, 2048, sft_steps=400, sft_lr=5e-4),
 }
 
 
@@ -142,6 +144,33 @@ def collect_demonstrations(per_task: int, seed: int = 0) -> tuple[list[tuple[lis
     return demos, used
 
 
+def drop_final_lines(
+    demos: list[tuple[list[dict], str]], fraction: float, seed: int
+) -> list[tuple[list[dict], str]]:
+    r"""Remove the last line of ``fraction`` of the multi-line completions.
+
+    Why: a model fine-tuned on perfect demonstrations starts RL near its imitation ceiling with
+    little entropy, and greedy evaluation cannot show what GRPO adds. Every task's output format
+    ends with a closing line (``</tool_call>``, a closing code fence, ``</response>``), so a
+    warm start that leaves it out about half of the time has one flaw that all tasks' format and
+    correctness rewards penalise, that sampling explores, and that GRPO can fix: rewards start
+    non-zero but clearly improvable.
+
+    >>> drop_final_lines([([], "a\nb\nc")], 1.0, seed=0)[0][1]
+    'a\nb'
+    >>> drop_final_lines([([], "single line")], 1.0, seed=0)[0][1]
+    'single line'
+    """
+    rng = random.Random(seed)
+    out = []
+    for prompt, completion in demos:
+        lines = completion.rstrip("\n").split("\n")
+        if len(lines) >= 2 and rng.random() < fraction:
+            completion = "\n".join(lines[:-1])
+        out.append((prompt, completion))
+    return out
+
+
 def _demos_digest(demos: list[tuple[list[dict], str]]) -> str:
     h = hashlib.sha256()
     for prompt, completion in demos:
@@ -184,7 +213,13 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Any:
 
 def tiny_cache_key(name: str, preset: TinyPreset, demos_digest: str, tasks_used: list[str]) -> str:
     """Hash of everything that determines the built model."""
-    payload = {"v": BUILDER_VERSION, "name": name, "preset": asdict(preset), "demos": demos_digest, "tasks": tasks_used}
+    payload = {
+        "v": BUILDER_VERSION,
+        "name": name,
+        "preset": asdict(preset),
+        "demos": demos_digest,
+        "tasks": tasks_used,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -199,7 +234,9 @@ def _encode_demo(tok: Any, prompt: list[dict], completion: str, max_len: int) ->
     return ids, labels
 
 
-def sft_warm_start(model: Any, tok: Any, demos: list[tuple[list[dict], str]], preset: TinyPreset, seed: int) -> float:
+def sft_warm_start(
+    model: Any, tok: Any, demos: list[tuple[list[dict], str]], preset: TinyPreset, seed: int
+) -> float:
     """Supervised fine-tuning on (prompt, completion) pairs, loss on completion tokens only.
 
     A plain loop (not TRL's SFTTrainer): it is a few hundred steps on a sub-10M model, and the
@@ -269,7 +306,9 @@ def build_tiny_model(
     model.generation_config.eos_token_id = kwargs["eos_token_id"]
     model.generation_config.pad_token_id = kwargs["pad_token_id"]
     model.generation_config.bos_token_id = kwargs["bos_token_id"]
-    sft_loss = sft_warm_start(model, tok, demos, preset, seed)
+    sft_loss = sft_warm_start(
+        model, tok, drop_final_lines(demos, preset.drop_final_line_fraction, seed), preset, seed
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)

@@ -157,7 +157,9 @@ class Registry(Generic[T]):
 
         return decorator
 
-    def register_lazy(self, name: str, target: str, *, summary: str = "", aliases: tuple[str, ...] = ()) -> None:
+    def register_lazy(
+        self, name: str, target: str, *, summary: str = "", aliases: tuple[str, ...] = ()
+    ) -> None:
         """Register ``"module:attr"``, imported only when the entry is first used."""
         if ":" not in target:
             raise RegistryError(f"lazy target {target!r} must look like 'module:attr'")

@@ -67,7 +67,7 @@ class MlflowStepLogger:
         parent = self
 
         class _Callback(TrainerCallback):
-            def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+            def on_log(self, args, state, control, logs=None, **kwargs):
                 parent.log(logs or {}, state.global_step)
 
         self.callback = _Callback()
@@ -111,7 +111,8 @@ def _grpo_config(spec: RunSpec, task: Any, output_dir: str, progress: bool) -> A
         gradient_accumulation_steps=train.gradient_accumulation_steps,
         num_generations=train.num_generations,
         learning_rate=train.learning_rate,
-        lr_scheduler_type="constant",  # short runs: a decaying schedule would spend half the steps at a low rate
+        # Short runs: a decaying schedule would spend half the steps at a low rate.
+        lr_scheduler_type="constant",
         beta=train.beta,
         temperature=train.temperature,
         max_completion_length=train.max_completion_length or task.max_completion_tokens,
@@ -240,7 +241,12 @@ def run_cell(
         eval_s += time.perf_counter() - t0
         now = int(time.time() * 1000)
         wall_s = time.perf_counter() - started
-        perf = {"perf/wall_s": wall_s, "perf/train_s": train_s, "perf/eval_s": eval_s, "perf/model_prepare_s": prepare_s}
+        perf = {
+            "perf/wall_s": wall_s,
+            "perf/train_s": train_s,
+            "perf/eval_s": eval_s,
+            "perf/model_prepare_s": prepare_s,
+        }
         client.log_batch(
             run_id,
             metrics=[Metric(f"eval/{k}", float(v), now, spec.train.steps) for k, v in after.metrics.items()]

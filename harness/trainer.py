@@ -54,11 +54,19 @@ class DiagnosticsAccumulator:
 
     def summary(self, components: list[str]) -> dict[str, Any]:
         """``{"components", "corr_matrix" (K×K, None where never defined), "share" [K], "steps"}``."""
-        if self._corr_sum is None or self._corr_count is None or self._share_sum is None or self._share_count is None:
+        if (
+            self._corr_sum is None
+            or self._corr_count is None
+            or self._share_sum is None
+            or self._share_count is None
+        ):
             return {"components": components, "corr_matrix": None, "share": None, "steps": 0}
         k = len(self._corr_sum)
         corr = [
-            [self._corr_sum[i][j] / self._corr_count[i][j] if self._corr_count[i][j] else None for j in range(k)]
+            [
+                self._corr_sum[i][j] / self._corr_count[i][j] if self._corr_count[i][j] else None
+                for j in range(k)
+            ]
             for i in range(k)
         ]
         share = [s / n if n else None for s, n in zip(self._share_sum, self._share_count, strict=True)]
@@ -66,7 +74,7 @@ class DiagnosticsAccumulator:
 
 
 class MultiRewardGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` that computes advantages with ``method_fn(rewards[P,G,K], weights[K], **method_params)``.
+    """``GRPOTrainer`` whose advantages are ``method_fn(rewards[P,G,K], weights[K], **method_params)``.
 
     Extra keyword arguments: ``method_fn`` (a registered method), ``method_params`` (its resolved
     hyper-parameters) and ``diagnostics_every`` (compute the ``adv/...`` diagnostics every N
@@ -124,7 +132,9 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         self._kept_rewards = None
         return output
 
-    def _log_diagnostics(self, mode: str, rewards: torch.Tensor, weights: torch.Tensor, adv: torch.Tensor) -> None:
+    def _log_diagnostics(
+        self, mode: str, rewards: torch.Tensor, weights: torch.Tensor, adv: torch.Tensor
+    ) -> None:
         diag = diagnostics(rewards, weights, adv)
         metrics = self._metrics[mode]
         for key in (

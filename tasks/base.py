@@ -119,7 +119,9 @@ def completion_text(completion: str | list[Message] | Any) -> str:
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list):
-        return "".join(str(m.get("content", "")) for m in completion if m.get("role", "assistant") == "assistant")
+        return "".join(
+            str(m.get("content", "")) for m in completion if m.get("role", "assistant") == "assistant"
+        )
     return str(completion)
 
 

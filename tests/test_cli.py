@@ -47,12 +47,24 @@ def test_advantages_json_paper_example():
 
 def test_advantages_groups_weights_params_and_nan():
     proc = mrbench(
-        "advantages", "--method", "grpo", "--rewards", "1,0;0,1;nan,nan;1,1", "--group-size", "2",
-        "--weights", "2,1", "--param", "eps=1e-4", "--json",
+        "advantages",
+        "--method",
+        "grpo",
+        "--rewards",
+        "1,0;0,1;nan,nan;1,1",
+        "--group-size",
+        "2",
+        "--weights",
+        "2,1",
+        "--param",
+        "eps=1e-4",
+        "--json",
     )
     assert proc.returncode == 0, proc.stderr
     adv = json.loads(proc.stdout)["advantages"]
-    assert len(adv) == 4 and adv[2] == 0.0 and adv[3] == 0.0  # unscorable row, and a group of one scorable row
+    assert (
+        len(adv) == 4 and adv[2] == 0.0 and adv[3] == 0.0
+    )  # unscorable row, and a group of one scorable row
     assert adv[0] > 0 > adv[1]
 
 

@@ -20,14 +20,31 @@ TRAIN = {"steps": "2", "num_generations": "2", "prompts_per_step": "2", "eval_li
 def _run(args: list[str], results: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "MRBENCH_RESULTS": str(results), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", *args], capture_output=True, text=True, timeout=900, env=env
+        [sys.executable, "-m", "harness.cli", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
     )
 
 
 def test_mrbench_run_logs_complete_mlflow_run(micro_model_dir, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = ["--method", "gdpo", "--task", "tool-calling", "--model", str(micro_model_dir), "--seed", "3",
-            "--tracking-uri", uri, "--experiment", "e2e", "--quiet"]
+    args = [
+        "--method",
+        "gdpo",
+        "--task",
+        "tool-calling",
+        "--model",
+        str(micro_model_dir),
+        "--seed",
+        "3",
+        "--tracking-uri",
+        uri,
+        "--experiment",
+        "e2e",
+        "--quiet",
+    ]
     args += [x for k, v in TASK_PARAMS.items() for x in ("--task-param", f"{k}={v}")]
     args += [x for k, v in TRAIN.items() for x in ("--train", f"{k}={v}")]
     proc = _run(args, tmp_path / "results")
@@ -41,7 +58,9 @@ def test_mrbench_run_logs_complete_mlflow_run(micro_model_dir, tmp_path):
     run = runs[0]
     assert run.info.status == "FINISHED"
 
-    expected = resolve_spec("gdpo", "tool-calling", str(micro_model_dir), 3, task_params=TASK_PARAMS, train=TRAIN)
+    expected = resolve_spec(
+        "gdpo", "tool-calling", str(micro_model_dir), 3, task_params=TASK_PARAMS, train=TRAIN
+    )
     tags = run.data.tags
     assert tags["mrbench.run_key"] == expected.run_key()
     assert tags["mrbench.method"] == "gdpo" and tags["mrbench.seed"] == "3"
@@ -51,8 +70,16 @@ def test_mrbench_run_logs_complete_mlflow_run(micro_model_dir, tmp_path):
     assert params["method.eps"] == "1e-06" and params["train.steps"] == "2" and params["task.n_eval"] == "4"
 
     metrics = run.data.metrics
-    for name in ("eval_before/exact_match", "eval/exact_match", "rewards/format/mean", "reward",
-                 "adv/sign_flip_vs_grpo", "adv/frac_zero_var_groups", "train/loss", "perf/wall_s"):
+    for name in (
+        "eval_before/exact_match",
+        "eval/exact_match",
+        "rewards/format/mean",
+        "reward",
+        "adv/sign_flip_vs_grpo",
+        "adv/frac_zero_var_groups",
+        "train/loss",
+        "perf/wall_s",
+    ):
         assert name in metrics, name
     history = client.get_metric_history(run.info.run_id, "eval/exact_match")
     assert sorted(m.step for m in history) == [0, 2]
@@ -61,8 +88,13 @@ def test_mrbench_run_logs_complete_mlflow_run(micro_model_dir, tmp_path):
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     artifacts |= {a.path for a in client.list_artifacts(run.info.run_id, "eval")}
     artifacts |= {a.path for a in client.list_artifacts(run.info.run_id, "samples")}
-    assert {"config.json", "diagnostics.json", "samples/completions.jsonl",
-            "eval/samples_before.jsonl", "eval/samples_after.jsonl"} <= artifacts
+    assert {
+        "config.json",
+        "diagnostics.json",
+        "samples/completions.jsonl",
+        "eval/samples_before.jsonl",
+        "eval/samples_after.jsonl",
+    } <= artifacts
     local = Path(client.download_artifacts(run.info.run_id, "diagnostics.json", str(tmp_path)))
     diag = json.loads(local.read_text())
     assert diag["components"] == ["format", "function_name", "parameter", "values"] and diag["steps"] == 2

@@ -12,17 +12,31 @@ def register(app: typer.Typer) -> None:
     @app.command("advantages")
     def advantages_cmd(
         method: str = typer.Option(..., "--method", help="Registered method name (see `mrbench methods`)."),
-        rewards: str = typer.Option(None, "--rewards", help='Rows "r,r,r;r,r,r;…" (one row per rollout; nan = unscorable).'),
-        rewards_file: Path = typer.Option(None, "--rewards-file", help="CSV or JSON file of reward rows instead of --rewards."),
-        group_size: int = typer.Option(None, "--group-size", help="Rollouts per group (default: all rows one group)."),
-        weights: str = typer.Option(None, "--weights", help="Comma-separated component weights (default: all 1)."),
+        rewards: str = typer.Option(
+            None, "--rewards", help='Rows "r,r,r;r,r,r;…" (one row per rollout; nan = unscorable).'
+        ),
+        rewards_file: Path = typer.Option(
+            None, "--rewards-file", help="CSV or JSON file of reward rows instead of --rewards."
+        ),
+        group_size: int = typer.Option(
+            None, "--group-size", help="Rollouts per group (default: all rows one group)."
+        ),
+        weights: str = typer.Option(
+            None, "--weights", help="Comma-separated component weights (default: all 1)."
+        ),
         param: list[str] = typer.Option([], "--param", help="Method hyper-parameter key=value (repeatable)."),
         as_json: bool = typer.Option(False, "--json", help='Print {"method", "advantages", "diagnostics"}.'),
     ) -> None:
         """Compute advantages for reward rows; each consecutive run of --group-size rows is one group."""
         import methods
         from harness.errors import UserError
-        from harness.reward_input import load_rewards_file, parse_params, parse_rewards_text, parse_weights, to_groups
+        from harness.reward_input import (
+            load_rewards_file,
+            parse_params,
+            parse_rewards_text,
+            parse_weights,
+            to_groups,
+        )
 
         if (rewards is None) == (rewards_file is None):
             raise UserError("give exactly one of --rewards or --rewards-file")
@@ -35,7 +49,9 @@ def register(app: typer.Typer) -> None:
         diag = methods.diagnostics(grouped, w, adv)
         flat = [float(a) for a in adv.reshape(-1).tolist()]
         if as_json:
-            typer.echo(json.dumps({"method": entry.name, "params": params, "advantages": flat, "diagnostics": diag}))
+            typer.echo(
+                json.dumps({"method": entry.name, "params": params, "advantages": flat, "diagnostics": diag})
+            )
             return
         typer.echo(f"method {entry.name} {params}")
         for i, value in enumerate(flat):

@@ -25,8 +25,17 @@ def list_tasks() -> list[dict[str, Any]]:
         try:
             task = entry.obj(**entry.params)
         except ImportError as exc:
-            rows.append({"name": entry.name, "version": None, "rewards": [], "weights": {},
-                         "available": False, "reason": str(exc), "summary": entry.summary})
+            rows.append(
+                {
+                    "name": entry.name,
+                    "version": None,
+                    "rewards": [],
+                    "weights": {},
+                    "available": False,
+                    "reason": str(exc),
+                    "summary": entry.summary,
+                }
+            )
             continue
         components = task.reward_components()
         rows.append(
@@ -46,7 +55,9 @@ def list_tasks() -> list[dict[str, Any]]:
 
 def register(app: typer.Typer) -> None:
     @app.command("methods")
-    def methods_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    def methods_cmd(
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    ) -> None:
         """List the advantage estimators with their hyper-parameters."""
         rows = list_methods()
         if as_json:
@@ -57,7 +68,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{row['name']:<18} {params:<32} {row['summary']}")
 
     @app.command("tasks")
-    def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    def tasks_cmd(
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    ) -> None:
         """List the tasks with their reward components and default weights."""
         rows = list_tasks()
         if as_json:
@@ -68,4 +81,6 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{row['name']:<16} unavailable: {row['reason']}")
                 continue
             weights = ", ".join(f"{k}×{v:g}" for k, v in row["weights"].items())
-            typer.echo(f"{row['name']:<16} v{row['version']:<6} primary={row['primary_metric']:<12} {weights}")
+            typer.echo(
+                f"{row['name']:<16} v{row['version']:<6} primary={row['primary_metric']:<12} {weights}"
+            )

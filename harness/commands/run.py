@@ -27,8 +27,12 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(None, "--steps", help="GRPO optimizer steps (default: 30)."),
         param: list[str] = typer.Option([], "--param", help="Method hyper-parameter key=value (repeatable)."),
         task_param: list[str] = typer.Option([], "--task-param", help="Task setting key=value (repeatable)."),
-        train: list[str] = typer.Option([], "--train", help="Train setting key=value, e.g. num_generations=4."),
-        tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."),
+        train: list[str] = typer.Option(
+            [], "--train", help="Train setting key=value, e.g. num_generations=4."
+        ),
+        tracking_uri: str = typer.Option(
+            None, "--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."
+        ),
         experiment: str = typer.Option("mrbench-runs", "--experiment", help="MLflow experiment name."),
         quiet: bool = typer.Option(False, "--quiet", help="No per-step progress bar."),
     ) -> None:
@@ -41,7 +45,10 @@ def register(app: typer.Typer) -> None:
         if steps is not None:
             overrides["steps"] = str(steps)
         spec = resolve_spec(
-            method, task, model, seed,
+            method,
+            task,
+            model,
+            seed,
             method_params=_pairs(param, "--param"),
             task_params=_pairs(task_param, "--task-param"),
             train=overrides,

@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 
 from harness.errors import UserError
@@ -15,7 +17,7 @@ from harness.models import (
 
 def test_ladder_grows_about_4x_per_rung():
     sizes = [count_parameters(TINY_PRESETS[name]) for name in ("tiny", "tiny-s", "tiny-m", "tiny-l")]
-    for small, large in zip(sizes, sizes[1:], strict=False):
+    for small, large in itertools.pairwise(sizes):
         assert 3.0 <= large / small <= 5.5, sizes
 
 
@@ -43,12 +45,16 @@ def test_cache_key_covers_demonstrations_and_tasks():
 
 def test_micro_model_tokenizer_and_generation(micro_model_dir):
     tok = load_tokenizer(str(micro_model_dir))
-    text = tok.apply_chat_template([{"role": "user", "content": "add 1 2"}], add_generation_prompt=True, tokenize=False)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "add 1 2"}], add_generation_prompt=True, tokenize=False
+    )
     assert text == "<|im_start|>user\nadd 1 2<|im_end|>\n<|im_start|>assistant\n"
     assert tok.padding_side == "left" and tok.pad_token is not None
     ids = tok("<|im_start|>", add_special_tokens=False)["input_ids"]
     assert len(ids) == 1  # chat markup is one special token each
     gen = HFGenerator(load_model(str(micro_model_dir)), tok)
-    out = gen([[{"role": "user", "content": "add 1 2"}], [{"role": "user", "content": "add 3 4"}]], max_new_tokens=8)
+    out = gen(
+        [[{"role": "user", "content": "add 1 2"}], [{"role": "user", "content": "add 3 4"}]], max_new_tokens=8
+    )
     assert len(out) == 2 and all(isinstance(o, str) for o in out)
     assert not any("<|im_end|>" in o for o in out)

@@ -45,7 +45,11 @@ def test_duplicate_name_or_alias_refused():
 
 def test_resolve_params_coerces_strings_and_rejects_unknown():
     entry = make_registry().get("alpha")
-    assert entry.resolve_params({"eps": "0.5", "n": "7", "flag": "true"}) == {"eps": 0.5, "n": 7, "flag": True}
+    assert entry.resolve_params({"eps": "0.5", "n": "7", "flag": "true"}) == {
+        "eps": 0.5,
+        "n": 7,
+        "flag": True,
+    }
     with pytest.raises(UnknownParamError, match="Did you mean 'eps'"):
         entry.resolve_params({"esp": "1"})
     with pytest.raises(RegistryError, match="expected int"):

@@ -49,14 +49,29 @@ def _trainer(model_dir, tmp_path, method: str, params: dict) -> _Recorder:
     tok = load_tokenizer(str(model_dir))
     rows = [{"prompt": [{"role": "user", "content": f"add {i} {i + 1}"}]} for i in range(8)]
     cfg = GRPOConfig(
-        output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2 * G, num_generations=G,
-        max_completion_length=12, learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="no",
-        use_cpu=True, bf16=False, disable_tqdm=True, remove_unused_columns=False, seed=0,
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=2 * G,
+        num_generations=G,
+        max_completion_length=12,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        seed=0,
     )
     return _Recorder(
-        model=load_model(str(model_dir)), reward_funcs=[_length, _has_brace], args=cfg,
-        train_dataset=Dataset.from_list(rows), processing_class=tok,
-        method_fn=methods.get_method(method).obj, method_params=params,
+        model=load_model(str(model_dir)),
+        reward_funcs=[_length, _has_brace],
+        args=cfg,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tok,
+        method_fn=methods.get_method(method).obj,
+        method_params=params,
     )
 
 
@@ -73,7 +88,7 @@ def test_other_method_replaces_advantages_and_logs(micro_model_dir, tmp_path):
     expected = methods.compute_advantages("gdpo", rewards, torch.ones(2)).reshape(-1)
     torch.testing.assert_close(trainer.final_advantages, expected.to(trainer.final_advantages.dtype))
     # The completion log shows the advantages that were trained on, not TRL's.
-    logged = torch.tensor(list(trainer._logs["advantages"]))[-expected.numel():]
+    logged = torch.tensor(list(trainer._logs["advantages"]))[-expected.numel() :]
     torch.testing.assert_close(logged, expected.float(), atol=1e-6, rtol=1e-6)
     history = {k for entry in trainer.state.log_history for k in entry}
     assert {"adv/sign_flip_vs_grpo", "adv/share/_length", "adv/frac_zero_var_groups"} <= history

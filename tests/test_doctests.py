@@ -1,0 +1,27 @@
+"""Run the doctest examples in every module of the three packages."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+PACKAGES = ("harness", "methods", "tasks")
+
+
+def _modules() -> list[str]:
+    names = []
+    for package in PACKAGES:
+        root = importlib.import_module(package)
+        names.append(package)
+        names.extend(info.name for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."))
+    return sorted(names)
+
+
+@pytest.mark.parametrize("name", _modules())
+def test_module_doctests(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0, f"{result.failed} doctest(s) failed in {name}"
