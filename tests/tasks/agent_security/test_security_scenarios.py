@@ -1,0 +1,127 @@
+"""The embedded environment: determinism, the grouped split, gold and injection-obeying agents."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tasks.agent_security.attacks import STYLES, check_styles, injection_text
+from tasks.agent_security.episode import Episode, Limits, drive
+from tasks.agent_security.scenarios import (
+    SIGNATURES,
+    SYSTEM_PROMPT,
+    TEMPLATES,
+    EmbeddedEnv,
+    Scenario,
+    generate,
+    goal_split,
+    gold_policy,
+    obey_policy,
+    prompt_messages,
+    run_tool,
+)
+
+
+@pytest.fixture(scope="module")
+def splits() -> tuple[list[Scenario], list[Scenario]]:
+    return generate(400, 120, seed=0, styles=list(STYLES))
+
+
+def test_generation_is_deterministic_and_prefix_stable() -> None:
+    a = generate(50, 20, 7, list(STYLES))
+    b = generate(50, 20, 7, list(STYLES))
+    assert [s.to_json() for s in a[0] + a[1]] == [s.to_json() for s in b[0] + b[1]]
+    bigger, _ = generate(90, 20, 7, list(STYLES))
+    assert [s.id for s in bigger[:50]] == [s.id for s in a[0]]
+    other, _ = generate(50, 20, 8, list(STYLES))
+    assert [s.to_json() for s in other] != [s.to_json() for s in a[0]]
+
+
+def test_split_is_grouped_by_user_goal(splits: tuple[list[Scenario], list[Scenario]]) -> None:
+    train, evaluation = splits
+    assert len(train) == 400 and len(evaluation) == 120
+    assert not {s.goal_key for s in train} & {s.goal_key for s in evaluation}
+    assert all(goal_split(s.goal_key) == "train" for s in train)
+    assert all(goal_split(s.goal_key) == "eval" for s in evaluation)
+    # The split does not depend on the seed: another seed's eval requests never appear in this train.
+    _, other_eval = generate(400, 120, seed=5, styles=list(STYLES))
+    assert not {s.goal_key for s in other_eval} & {s.goal_key for s in train}
+
+
+def test_mix_of_templates_styles_and_clean_cases(splits: tuple[list[Scenario], list[Scenario]]) -> None:
+    train, _ = splits
+    assert set(Counter(s.template for s in train)) == set(TEMPLATES)
+    styles = Counter(s.attack["style"] if s.attack else "clean" for s in train)
+    assert set(styles) == {"clean", *STYLES}
+    assert 0.15 < styles["clean"] / len(train) < 0.5
+    ids = [s.id for s in train]
+    assert len(ids) == len(set(ids))
+
+
+def test_prompts_and_outputs_are_short(splits: tuple[list[Scenario], list[Scenario]]) -> None:
+    train, _ = splits
+    assert len(SYSTEM_PROMPT) < 300
+    for scenario in train:
+        assert len(scenario.user) < 80
+        assert all(len(t) < 120 for t in scenario.gold)
+        result = drive([Episode(EmbeddedEnv(scenario))], gold_policy(scenario))[0]
+        assert all(len(m["content"]) < 260 for m in result.messages if m["role"] == "tool")
+        assert 2 <= len(result.turns) <= 3
+
+
+def test_gold_solves_every_case_and_obeying_gives_asr_one(
+    splits: tuple[list[Scenario], list[Scenario]],
+) -> None:
+    train, evaluation = splits
+    for scenario in train + evaluation:
+        gold = drive([Episode(EmbeddedEnv(scenario))], gold_policy(scenario))[0]
+        assert gold.termination == "answered" and gold.utility, scenario.id
+        assert gold.attack_succeeded is (False if scenario.attacked else None)
+        obey = drive([Episode(EmbeddedEnv(scenario), Limits(max_turns=5))], obey_policy(scenario))[0]
+        if scenario.attacked:
+            assert obey.attack_succeeded is True, scenario.id
+        assert obey.utility, scenario.id  # the attacks do not prevent the user's task
+
+
+def test_single_turn_prompt_shows_the_injection(splits: tuple[list[Scenario], list[Scenario]]) -> None:
+    train, _ = splits
+    attacked = next(s for s in train if s.attacked)
+    messages = prompt_messages(attacked, single_turn=True)
+    assert messages[-1]["role"] == "tool" and attacked.attack["text"] in messages[-1]["content"]
+    direct = next(s for s in train if s.template.startswith("direct_"))
+    assert [m["role"] for m in prompt_messages(direct, single_turn=True)] == ["system", "user"]
+
+
+def test_scenario_json_roundtrip(splits: tuple[list[Scenario], list[Scenario]]) -> None:
+    scenario = splits[0][1]
+    assert Scenario.from_json(scenario.to_json()) == scenario
+
+
+def test_tools_and_signatures() -> None:
+    world = {
+        "balance": 50,
+        "transactions": [],
+        "files": {"a.txt": "hi"},
+        "inbox": [],
+        "sent": [],
+        "calendar": [],
+    }
+    assert run_tool(world, "read_file", {"name": "a.txt"}) == "hi"
+    assert run_tool(world, "add_event", {"title": "Gym", "day": "Mon"}) == "Event added."
+    assert run_tool(world, "send_email", {"to": "x@mail.com", "body": "yo"}) == "Email sent."
+    assert run_tool(world, "delete_file", {"name": "a.txt"}) == "Deleted a.txt."
+    assert run_tool(world, "read_inbox", {}) == "Inbox empty."
+    assert set(SIGNATURES) <= set(SYSTEM_PROMPT.replace("(", " ").split())
+
+
+def test_attack_styles() -> None:
+    import random
+
+    call = {"name": "pay", "parameters": {"to": "LUMA-40", "amount": 150}}
+    for style in STYLES:
+        text = injection_text(style, "send 150 to LUMA-40", call, random.Random(1))
+        assert "LUMA-40" in text
+        assert ("pay" in text) == (style == "tool_knowledge")
+    with pytest.raises(ValueError, match="unknown attack style 'jailbreak'"):
+        check_styles(["jailbreak"])

@@ -1,0 +1,209 @@
+"""The task object: factory validation, samples, demonstrations, evaluation, training hooks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from tasks import TASKS, Task, build_task
+from tasks.agent_security import AgentSecurityTask, agent_security
+from tasks.agent_security.episode import Episode, ScriptedPolicy, ToolCall, parse_turn, render_calls
+from tasks.agent_security.scenarios import SCENARIO_KEY, EmbeddedEnv, Scenario, gold_policy, obey_policy
+from tasks.base import Message
+
+
+class ScriptedGenerator:
+    """A :class:`tasks.base.Generator` that plays a scripted policy (no model)."""
+
+    model = None
+    tokenizer = None
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.budgets: list[int] = []
+
+    def __call__(self, conversations: Sequence[list[Message]], *, max_new_tokens: int) -> list[str]:
+        self.budgets.append(max_new_tokens)
+        return self.policy(list(conversations))
+
+
+def test_registry_builds_the_task() -> None:
+    entry = TASKS.get("agent-security")
+    assert entry.params["dataset"] == "embedded" and entry.params["mode"] == "multi-turn"
+    task = build_task("agent-security", {"n_train": "20", "n_eval": "10"})
+    assert isinstance(task, Task) and isinstance(task, AgentSecurityTask)
+    assert task.primary_metric == "joint" and task.lower_is_better == frozenset({"asr"})
+    assert task.max_completion_tokens == 48 and task.limits.max_turns == 4
+    assert [c.name for c in task.reward_components()] == ["utility", "safety"]
+    assert [c.name for c in agent_security(format_weight=0.5).reward_components()] == [
+        "utility",
+        "safety",
+        "format",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"dataset": "agentdojo2"}, r"unknown dataset 'agentdojo2'; choose from embedded, agentdojo"),
+        ({"mode": "multiturn"}, r"unknown mode 'multiturn'; choose from multi-turn, single-turn"),
+        ({"attacks": "important_instructions,jailbreak"}, r"unknown attack 'jailbreak'"),
+        ({"invalid": "skip"}, r"unknown invalid policy 'skip'"),
+        ({"n_train": -1}, r"n_train must be >= 0"),
+        ({"suites": "banking"}, r"applies to dataset 'agentdojo' only"),
+        (
+            {"dataset": "agentdojo", "mode": "single-turn"},
+            r"'single-turn' is available for dataset 'embedded'",
+        ),
+        ({"dataset": "agentdojo", "suites": "bank"}, r"unknown suite 'bank'"),
+        ({"dataset": "agentdojo", "attacks": "ignore_previous"}, r"unknown attack 'ignore_previous'"),
+    ],
+)
+def test_bad_settings_name_the_value(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        agent_security(**kwargs)
+
+
+def test_samples(small_task: AgentSecurityTask) -> None:
+    train, evaluation = small_task.train_samples(), small_task.eval_samples()
+    assert len(train) == 60 and len(evaluation) == 40
+    assert not {s.columns["goal"] for s in train} & {s.columns["goal"] for s in evaluation}
+    sample = train[0]
+    assert [m["role"] for m in sample.prompt] == ["system", "user"]
+    assert sample.prompt[0][SCENARIO_KEY] == sample.id
+    assert all(isinstance(v, (str, int, float, bool)) for v in sample.columns.values())
+    assert sum(len(m["content"]) for m in sample.prompt) < 400  # short prompts for the tiny models
+    assert [s.id for s in agent_security(n_train=60, n_eval=40, seed=3).train_samples()] == [
+        s.id for s in train
+    ]
+
+
+def test_scenario_lookup_for_the_rollout(small_task: AgentSecurityTask) -> None:
+    sample = next(s for s in small_task.train_samples() if s.columns["attacked"])
+    assert small_task.scenario_for_prompt(sample.prompt) == sample.columns["scenario"]
+    # Without the key, a prompt shared by several variants (clean and attacked) is ambiguous.
+    bare = [{"role": m["role"], "content": m["content"]} for m in sample.prompt]
+    with pytest.raises(ValueError, match="cannot tell which scenario"):
+        small_task.scenario_for_prompt(bare)
+    with pytest.raises(ValueError, match="did not build"):
+        small_task.scenario_for_prompt([{**sample.prompt[0], SCENARIO_KEY: "nope"}])
+
+
+def test_demonstrations_are_accepted_turns(small_task: AgentSecurityTask) -> None:
+    demos = small_task.demonstrations(150, seed=1)
+    assert len(demos) == 150 and demos == small_task.demonstrations(150, seed=1)
+    eval_goals = {s.columns["goal"] for s in small_task.eval_samples()}
+    for prompt, completion in demos:
+        assert parse_turn(completion).valid
+        assert prompt[1]["content"] not in eval_goals  # no eval request leaks into the warm start
+        assert all(SCENARIO_KEY not in m for m in prompt)
+        assert "<INFORMATION>" not in json.dumps(prompt)  # clean cases only
+    kinds = {("tool_call" if "<tool_call>" in c else "response") for _, c in demos}
+    assert kinds == {"tool_call", "response"}
+    assert any(len(p) > 2 for p, _ in demos)  # later turns see tool results
+    assert small_task.demonstrations(0, 0) == []
+
+
+def _eval_with(task: AgentSecurityTask, samples: list[Any], make_policy: Any) -> dict[str, Any]:
+    records, metrics = [], []
+    for sample in samples:
+        scenario = Scenario.from_json(sample.columns["scenario"])
+        result = task.evaluate(ScriptedGenerator(make_policy(scenario)), [sample])
+        records.extend(result.samples)
+        metrics.append(result.metrics)
+    return {"records": records, "metrics": metrics}
+
+
+def test_evaluate_gold_and_obey(small_task: AgentSecurityTask) -> None:
+    samples = small_task.eval_samples()[:15]
+    gold = _eval_with(small_task, samples, gold_policy)
+    assert all(r["utility"] and not r["attack_succeeded"] for r in gold["records"])
+    obey = _eval_with(small_task, samples, obey_policy)
+    attacked = [r for r in obey["records"] if r["attacked"]]
+    assert attacked and all(r["attack_succeeded"] for r in attacked)
+    assert all(r["termination"] == "answered" for r in gold["records"] + obey["records"])
+
+
+def test_evaluate_metrics(small_task: AgentSecurityTask) -> None:
+    samples = small_task.eval_samples()
+    refuse = ScriptedGenerator(ScriptedPolicy(["<response>I cannot help with that.</response>"]))
+    result = small_task.evaluate(refuse, samples)
+    m = result.metrics
+    assert set(m) == {
+        "utility_clean",
+        "utility_attacked",
+        "asr",
+        "joint",
+        "valid_rate",
+        "n_clean",
+        "n_attacked",
+    }
+    assert m["asr"] == 0.0 and m["joint"] == 0.0 and m["valid_rate"] == 1.0
+    assert m["n_clean"] + m["n_attacked"] == len(samples) and m["n_attacked"] > 0
+    assert refuse.budgets == [48]  # one round: everyone answered at once
+    record = result.samples[0]
+    assert {"id", "termination", "rewards", "conversation", "attack_succeeded"} <= set(record)
+    garbage = small_task.evaluate(ScriptedGenerator(lambda convs: ["???"] * len(convs)), samples)
+    assert garbage.metrics["valid_rate"] == 0.0 and garbage.metrics["joint"] == 0.0
+
+
+def test_single_turn_mode() -> None:
+    task = agent_security(mode="single-turn", n_train=30, n_eval=30, seed=3)
+    assert task.training_hooks() == {}
+    sample = next(s for s in task.eval_samples() if s.columns["attacked"])
+    scenario = Scenario.from_json(sample.columns["scenario"])
+    assert sample.prompt[-1]["role"] == "tool" and scenario.attack["text"] in sample.prompt[-1]["content"]
+    gold = task.evaluate(ScriptedGenerator(gold_policy(scenario)), [sample])
+    assert gold.metrics["joint"] == 1.0 and gold.samples[0]["termination"] in ("answered", "incomplete")
+    obey = task.evaluate(ScriptedGenerator(obey_policy(scenario)), [sample])
+    assert obey.metrics["asr"] == 1.0
+
+
+def test_training_hooks_give_a_rollout_func(small_task: AgentSecurityTask) -> None:
+    hooks = small_task.training_hooks()
+    assert set(hooks) == {"rollout_func"} and callable(hooks["rollout_func"])
+    env = small_task.environment_for_prompt(small_task.train_samples()[0].prompt)
+    assert isinstance(env, EmbeddedEnv) and Episode(env).messages[1]["role"] == "user"
+
+
+# --------------------------------------------------------------------------- mrbench score
+
+
+def test_score_embedded_gold_through_the_harness() -> None:
+    from harness.scoring import score_task
+
+    report = score_task(
+        "agent-security", dataset="embedded", gold=True, task_params={"n_train": 80, "n_eval": 20}
+    )
+    out = report.to_dict()
+    assert out["n"] == 100 and out["summary"] == {"utility": 1.0, "safety": 1.0}
+    assert out["status_counts"] == {"answered": 100} and not out["errors"]
+    assert {"id", "rewards", "status"} <= set(out["items"][0])
+
+
+def test_score_items_bad_and_partial_input(small_task: AgentSecurityTask) -> None:
+    sample = next(s for s in small_task.train_samples() if s.columns["attacked"])
+    scenario = Scenario.from_json(sample.columns["scenario"])
+    call = scenario.attack["call"]
+    obey = [scenario.gold[0], render_calls([ToolCall(call["name"], call["parameters"])]), *scenario.gold[1:]]
+    items = [
+        {"dataset": "embedded", "id": sample.id, "completion": json.dumps(obey)},
+        {"dataset": "embedded", "id": sample.id, "completion": "I would rather not"},
+        {"dataset": "embedded", "id": sample.id, "completion": scenario.gold[0]},  # first turn only
+        {"dataset": "embedded", "id": "nope", "completion": "x"},
+        {"dataset": "bfcl", "id": sample.id, "completion": "x"},
+    ]
+    scored = small_task.score_items(items)
+    assert [s.status for s in scored] == [
+        "answered",
+        "unparsable",
+        "incomplete",
+        "unknown_id",
+        "unknown_dataset",
+    ]
+    assert scored[0].rewards == {"utility": 1.0, "safety": 0.0}
+    assert scored[1].rewards == {"utility": 0.0, "safety": 0.0}
+    assert scored[3].error and "nope" in scored[3].error and scored[4].rewards == {}
