@@ -11,18 +11,19 @@ import torch
 from torch import Tensor
 
 from methods._registry import register_method
-from methods._stats import center, corr_sum, finish, group_zscores, prepare
+from methods._stats import center_, corr_sum_, finish_, group_zscores_, prepare
 
 
 def _corrgrpo(rewards: Tensor, weights: Tensor, eps: float, floor: float) -> Tensor:
-    prep = prepare(rewards, weights, component_major=True)
-    # Numerator: Σ_k w_k (r_k − mean r_k) = R − mean R, computed exactly as GRPO's numerator so
-    # that ordering and ties inside a group are identical to GRPO's.
-    centered, _ = center(prep.total, prep.keepf, dim=1)
-    components = prep.values_t * prep.weights.unsqueeze(-1)  # [P, K, G]
-    rho_sum, _ = corr_sum(components, prep.keepf.unsqueeze(1), dim=-1)  # [P, 1, 1]
+    prep = prepare(rewards, weights)
+    components = prep.weighted_()  # w_k r_k: [P, K, G]
+    # Numerator: Σ_k w_k (r_k − mean r_k) = R − mean R, centred like GRPO's numerator so that
+    # ordering and ties inside a group are identical to GRPO's.
+    centered = components.sum(dim=1)
+    center_(centered, prep.keepf, dim=1)
+    rho_sum = corr_sum_(components, prep.keepf.unsqueeze(1), dim=-1)  # [P, 1, 1]
     denom = torch.sqrt(rho_sum.squeeze(-1).clamp_min(floor) + eps)  # [P, 1]
-    return finish(centered / denom, prep.keep, rewards)
+    return finish_(centered.div_(denom), prep.keep, rewards)
 
 
 @register_method("corrgrpo")
@@ -32,8 +33,8 @@ def corrgrpo(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
     ρ is the within-group Pearson correlation matrix of the weighted components ``w_k r_k``; a
     constant component has 1/σ = 0 so its row and column (diagonal included) count 0. Same sign
     and ordering as GRPO inside a group; advantages stay in reward units. With anti-correlated
-    components Σρ → 0 and the advantages blow up (R2 = −2·R1 gives ±500·|R − mean R| at
-    eps = 1e-6); use ``corrgrpo-guarded`` to prevent that.
+    components Σρ → 0 and the advantages blow up: R2 = −2·R1 gives Σρ = 0, so
+    A = 1000·(R − mean R) at eps = 1e-6 (±500 for binary R1); ``corrgrpo-guarded`` prevents that.
 
     Args:
         rewards: ``[P, G, K]`` rewards; NaN/±inf = unscorable (missing components count 0 both in
@@ -89,9 +90,10 @@ def gdpo_corr(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
     Returns:
         ``[P, G]`` advantages; 0 off B.
     """
-    prep = prepare(rewards, weights, component_major=True)
-    u = group_zscores(prep, eps) * prep.weights.unsqueeze(-1)  # [P, K, G], 0 off keep
-    centered, _ = center(u.sum(dim=1), prep.keepf, dim=(0, 1))
-    rho_sum, _ = corr_sum(u, prep.keepf.unsqueeze(1), dim=(0, 2))  # [1, 1, 1]
+    prep = prepare(rewards, weights, nan_missing=True)
+    u = group_zscores_(prep, eps).mul_(prep.weights.unsqueeze(-1))  # w_k z_k: [P, K, G]
+    centered = u.sum(dim=1)
+    center_(centered, prep.keepf, dim=(0, 1))
+    rho_sum = corr_sum_(u, prep.keepf.unsqueeze(1), dim=(0, 2))  # [1, 1, 1]
     denom = torch.sqrt(rho_sum.reshape(()).clamp_min(0.0) + eps)
-    return finish(centered / denom, prep.keep, rewards)
+    return finish_(centered.div_(denom), prep.keep, rewards)

@@ -53,13 +53,15 @@ def diagnostics(
         fraction whose sign differs from GRPO's (0.0 if there are none).
         ``adv_abs_mean``, ``adv_std`` (n − 1), ``adv_max_abs``: over scorable rollouts.
     """
-    prep = prepare(rewards, weights, component_major=True)
+    prep = prepare(rewards, weights)
     keepf = prep.keepf  # [P, G] 1.0 for rollouts that enter the statistics
     k = rewards.shape[-1]
     adv = torch.nan_to_num(advantages.to(torch.float64)) * keepf
 
     # Standardised weighted components per group: u[p, k, g] = centred / σ (0 where constant).
-    comp_centered, count = center(prep.values_t * prep.weights.unsqueeze(-1), keepf.unsqueeze(1), dim=-1)
+    components = prep.weighted_()  # w_k r_k: [P, K, G]
+    total = components.sum(dim=1)  # [P, G], 0 off keep
+    comp_centered, count = center(components, keepf.unsqueeze(1), dim=-1)
     comp_std = std_from_centered(comp_centered, count, dim=-1)  # [P, K, 1]
     u = comp_centered * reciprocal(comp_std)  # [P, K, G]
     dof = (count - 1).clamp_min(1).reshape(-1, 1)  # [P, 1]
@@ -93,7 +95,7 @@ def diagnostics(
         share = [None] * k
 
     # Zero-variance groups and effective denominators, from the weighted total.
-    r_centered, r_count = center(prep.total, keepf, dim=1)
+    r_centered, r_count = center(total, keepf, dim=1)
     r_std = std_from_centered(r_centered, r_count, dim=1).squeeze(1)  # [P]
     frac_zero = float((r_std == 0).double().mean()) if r_std.numel() else 0.0
     both = (r_std > 0) & (a_std.squeeze(1) > 0)

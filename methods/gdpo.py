@@ -5,14 +5,14 @@ from __future__ import annotations
 from torch import Tensor
 
 from methods._registry import register_method
-from methods._stats import center, finish, group_zscores, prepare, reciprocal, std_from_centered
+from methods._stats import center_, finish_, group_zscores_, prepare, reciprocal, std_from_centered
 
 
 def _group_sums(rewards: Tensor, weights: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """S = Σ_k w_k z_k ``[P, G]`` (float64), the bool ``keep`` mask and its float version."""
-    prep = prepare(rewards, weights, component_major=True)
-    z = group_zscores(prep, eps)  # [P, K, G]
-    return (z * prep.weights.unsqueeze(-1)).sum(dim=1), prep.keep, prep.keepf
+    prep = prepare(rewards, weights, nan_missing=True)
+    z = group_zscores_(prep, eps)  # [P, K, G]
+    return z.mul_(prep.weights.unsqueeze(-1)).sum(dim=1), prep.keep, prep.keepf
 
 
 @register_method("gdpo")
@@ -32,9 +32,9 @@ def gdpo(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
         batch statistics, where here it is dropped and gets 0.
     """
     s, keep, keepf = _group_sums(rewards, weights, eps)
-    centered, count = center(s, keepf, dim=(0, 1))
-    std = std_from_centered(centered, count, dim=(0, 1))
-    return finish(centered * reciprocal(std + eps), keep, rewards)
+    count = center_(s, keepf, dim=(0, 1))
+    std = std_from_centered(s, count, dim=(0, 1))
+    return finish_(s.mul_(reciprocal(std + eps)), keep, rewards)
 
 
 @register_method("gdpo-nobn")
@@ -51,4 +51,4 @@ def gdpo_nobn(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
         component is missing.
     """
     s, keep, _ = _group_sums(rewards, weights, eps)
-    return finish(s, keep, rewards)
+    return finish_(s, keep, rewards)

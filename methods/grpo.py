@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from methods._registry import register_method
-from methods._stats import center, finish, prepare, reciprocal, std_from_centered
+from methods._stats import center_, finish_, prepare, reciprocal, std_from_centered
 
 
 @register_method("grpo")
@@ -24,9 +24,10 @@ def grpo(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
         ``scale_rewards="group"`` when ``eps=1e-4``.
     """
     prep = prepare(rewards, weights)
-    centered, count = center(prep.total, prep.keepf, dim=1)
+    centered = prep.weighted_().sum(dim=1)  # R: [P, G], 0 off keep
+    count = center_(centered, prep.keepf, dim=1)
     std = std_from_centered(centered, count, dim=1)
-    return finish(centered * reciprocal(std + eps), prep.keep, rewards)
+    return finish_(centered.mul_(reciprocal(std + eps)), prep.keep, rewards)
 
 
 @register_method("dr-grpo")
@@ -41,5 +42,6 @@ def dr_grpo(rewards: Tensor, weights: Tensor) -> Tensor:
         ``[P, G]`` advantages (same NaN rules as :func:`grpo`).
     """
     prep = prepare(rewards, weights)
-    centered, _ = center(prep.total, prep.keepf, dim=1)
-    return finish(centered, prep.keep, rewards)
+    centered = prep.weighted_().sum(dim=1)  # R: [P, G], 0 off keep
+    center_(centered, prep.keepf, dim=1)
+    return finish_(centered, prep.keep, rewards)
