@@ -48,6 +48,26 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield uri
 
 
+def default_sigint() -> None:
+    """Give SIGINT its default disposition (Python turns it into KeyboardInterrupt).
+
+    A shell starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT
+    ignored, so under `.ci/run &` or nohup neither Ctrl-C nor `_thread.interrupt_main` would
+    reach the code under test. Used as `preexec_fn` for child processes and directly in-process.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def sigint_enabled() -> Iterator[None]:
+    """In-process: make SIGINT raise KeyboardInterrupt for the duration of a test."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def small(name: str, **changes: Any) -> SweepSpec:
     base = dict(
         name=name,
@@ -259,7 +279,7 @@ def test_a_live_invocation_of_the_same_sweep_is_refused(store: str) -> None:
 
 
 def test_ctrl_c_marks_the_current_run_killed_and_resume_finishes(
-    store: str, monkeypatch: pytest.MonkeyPatch
+    store: str, monkeypatch: pytest.MonkeyPatch, sigint_enabled: None
 ) -> None:
     monkeypatch.setenv("MRBENCH_FAKE_CELL_SECONDS", "0.5")
     calls: list[str] = []
@@ -411,6 +431,7 @@ def test_sigint_exits_130_with_the_run_marked_killed(store: str) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=default_sigint,
     )
     try:
         wait_for(store, "sigint", lambda s: any("RUNNING" in v for v in s.values()))
