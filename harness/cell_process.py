@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m harness.cell_process PAYLOAD.json", file=sys.stderr)
         return 2
     payload = json.loads(Path(args[0]).read_text())
+    # SIGINT is how a sweep stops its workers (explicitly, and as the parent-death signal). A
+    # sweep started in the background inherits SIGINT ignored and passes that on; without this,
+    # a worker would outlive a killed sweep and finish its cell a second time after a resume.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if payload.get("parent_pid"):
         _die_with_parent(int(payload["parent_pid"]))
     result_path = Path(payload["result"]) if payload.get("result") else None
