@@ -12,11 +12,6 @@ import pytest
 from harness.lm_eval_bridge import GenerationRun, export_lm_eval_task, run_generation_task, sample_to_row
 from tasks.base import Sample
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 
 class Gen:
     """Minimal generator: the bridge only needs ``.model`` and ``.tokenizer``."""
@@ -28,26 +23,12 @@ class Gen:
 @pytest.fixture(scope="module")
 def gen() -> Gen:
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from harness.models import train_tokenizer
 
     torch.set_num_threads(1)
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    core.train_from_iterator(
-        ["def add(a, b): return a + b", "What is the weather in Paris?"], trainer=trainer
-    )
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", padding_side="left"
-    )
-    tok.chat_template = CHAT_TEMPLATE
+    tok = train_tokenizer(["def add(a, b): return a + b", "What is the weather in Paris?"], vocab_size=300)
     torch.manual_seed(1)
     config = Qwen2Config(
         vocab_size=len(tok),

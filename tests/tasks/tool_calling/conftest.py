@@ -7,11 +7,6 @@ from typing import Any
 
 import pytest
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 
 class TinyGenerator:
     """Minimal :class:`tasks.base.Generator`: greedy chat generation with HF ``generate``."""
@@ -34,31 +29,18 @@ class TinyGenerator:
 def tiny_generator() -> TinyGenerator:
     """Byte-level BPE trained on a few task strings + a 2-layer, 32-wide Qwen2 (random weights)."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from harness.models import train_tokenizer
     from tasks.tool_calling.data import make_demonstrations
 
     torch.set_num_threads(1)
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
     texts = [
         part
         for prompt, completion in make_demonstrations(40, seed=0)
         for part in (prompt[1]["content"], completion)
     ]
-    core.train_from_iterator(texts, trainer=trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", padding_side="left"
-    )
-    tok.chat_template = CHAT_TEMPLATE
+    tok = train_tokenizer(texts, vocab_size=400)
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=len(tok),
