@@ -58,3 +58,39 @@ def test_micro_model_tokenizer_and_generation(micro_model_dir):
     )
     assert len(out) == 2 and all(isinstance(o, str) for o in out)
     assert not any("<|im_end|>" in o for o in out)
+
+
+def test_completion_loss_equals_transformers_loss(micro_model_dir):
+    import torch
+
+    from harness.models import _completion_loss
+
+    model = load_model(str(micro_model_dir))
+    torch.manual_seed(0)
+    input_ids = torch.randint(3, 50, (3, 12))
+    attention = torch.ones_like(input_ids)
+    attention[2, 9:] = 0  # right padding on one row
+    labels = input_ids.clone()
+    labels[:, :5] = -100  # prompt positions
+    labels[2, 9:] = -100  # padding
+    expected = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+    got = _completion_loss(model, input_ids, attention, labels)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_bucketed_batches_are_full_random_and_length_sorted_within():
+    import random
+
+    from harness.models import _BUCKET_GROUP, _bucketed_batches
+
+    # Two "tasks": short and long examples, interleaved in the source list.
+    encoded = [([0] * (5 if i % 2 else 50), [0]) for i in range(100)]
+    batches = _bucketed_batches(encoded, 4, random.Random(0))
+    assert len(batches) == _BUCKET_GROUP and all(len(b) == 4 for b in batches)
+    widths = [max(len(ids) for ids, _ in b) for b in batches]
+    padded = sum(w * len(b) for w, b in zip(widths, batches, strict=True))
+    real = sum(len(ids) for b in batches for ids, _ in b)
+    assert padded - real <= 45 * 3  # at most one batch mixes the two lengths
+    # The batches come in random order, not shortest first (that would be a length curriculum).
+    orders = [[len(b[0][0]) for b in _bucketed_batches(encoded, 4, random.Random(s))] for s in range(10)]
+    assert any(order != sorted(order) for order in orders)
