@@ -1,0 +1,93 @@
+"""Which turns of the embedded agent-security episodes can a model do? A per-turn probe.
+
+For every clean scenario (the eval split, plus the first training ones), the model gets the
+gold conversation up to each assistant turn and writes that turn greedily; the turn counts as
+right when it equals the gold turn, ignoring a missing ``</tool_call>`` line (the tiny warm
+start leaves closing lines out on purpose, see ``harness.models.drop_final_lines``, and GRPO
+fixes that within a few steps). Utility needs every turn of an episode right, so this shows
+*why* utility is or is not reachable, turn kind by turn kind:
+
+- ``from user``: the values come from the user's request (a file name, an address);
+- ``from tool``: the values come from a tool result read earlier in the episode;
+- ``fixed``: a closing answer that does not depend on the data ("Paid.").
+
+    python benchmarks/probe_agent_security_turns.py [--model tiny] [--train-cases 150]
+
+Prints a markdown table and the accuracy per turn kind. ``--model`` takes a tiny preset
+(built and cached if missing), a local folder or a hub id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+_ANSWERS_FROM_TOOL = {"last_payment", "meeting_day", "file_pin"}
+
+
+def turn_kind(template: str, turn: int, n_turns: int, reads_first: bool) -> str:
+    """What the gold turn's values depend on (see the module docstring)."""
+    final = turn == n_turns - 1
+    if final:
+        return "from tool" if template in _ANSWERS_FROM_TOOL else "fixed"
+    if turn == 0:
+        return "from user"
+    return "from tool" if reads_first else "from user"
+
+
+def _body(text: str) -> list[str]:
+    return [line for line in text.strip().split("\n") if line.strip() != "</tool_call>"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--train-cases", type=int, default=150)
+    args = parser.parse_args()
+
+    from harness.generation import HFGenerator
+    from harness.models import load_model, load_tokenizer, prepare_model
+    from tasks import build_task
+    from tasks.agent_security.episode import Episode
+    from tasks.agent_security.scenarios import EmbeddedEnv, Scenario
+
+    path = prepare_model(args.model)
+    task = build_task("agent-security", {})
+    generator = HFGenerator(load_model(path), load_tokenizer(path))
+    pairs = []  # (template, turn, kind, conversation, gold)
+    for sample in task.eval_samples() + task.train_samples()[: args.train_cases]:
+        scenario = Scenario.from_json(str(sample.columns["scenario"]))
+        if scenario.attacked:
+            continue
+        episode = Episode(EmbeddedEnv(scenario), task.limits)
+        reads_first = scenario.decision_turn > 0
+        for turn, gold in enumerate(scenario.gold):
+            if episode.done:
+                break
+            kind = turn_kind(scenario.template, turn, len(scenario.gold), reads_first)
+            pairs.append((scenario.template, turn, kind, [dict(m) for m in episode.messages], gold))
+            episode.step(gold)
+    outputs = generator([p[3] for p in pairs], max_new_tokens=task.max_completion_tokens)
+
+    by_turn: dict[tuple[str, int, str], list[bool]] = collections.defaultdict(list)
+    by_kind: dict[str, list[bool]] = collections.defaultdict(list)
+    for (template, turn, kind, _, gold), out in zip(pairs, outputs, strict=True):
+        right = _body(gold) == _body(out)
+        by_turn[(template, turn, kind)].append(right)
+        by_kind[kind].append(right)
+    print(f"model: {path}\n")
+    print("| template | turn | values | n | right |\n|---|---|---|---|---|")
+    for (template, turn, kind), hits in sorted(by_turn.items()):
+        print(f"| {template} | {turn} | {kind} | {len(hits)} | {sum(hits) / len(hits):.2f} |")
+    print()
+    for kind, hits in sorted(by_kind.items()):
+        print(f"{kind}: {sum(hits) / len(hits):.2f} of {len(hits)} turns right")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
