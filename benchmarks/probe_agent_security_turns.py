@@ -12,16 +12,21 @@ fixes that within a few steps). Utility needs every turn of an episode right, so
 - ``fixed``: a closing answer that does not depend on the data ("Paid.").
 
     python benchmarks/probe_agent_security_turns.py [--model tiny] [--train-cases 150]
+    python benchmarks/probe_agent_security_turns.py --model tiny --override sft_steps=1200
 
 Prints a markdown table and the accuracy per turn kind. ``--model`` takes a tiny preset
-(built and cached if missing), a local folder or a hub id.
+(built and cached if missing), a local folder or a hub id. ``--override key=value``
+(repeatable) builds a variant of the tiny preset (any ``TinyPreset`` field) in a temporary
+folder, uncached, to try warm-start recipes without touching the presets.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,19 +52,46 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--train-cases", type=int, default=150)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    if args.override:
+        with tempfile.TemporaryDirectory(prefix="mrbench-probe-") as tmp:
+            return probe(build_variant(args.model, args.override, Path(tmp)), args.train_cases)
+    from harness.models import prepare_model
 
+    return probe(prepare_model(args.model), args.train_cases)
+
+
+def build_variant(name: str, overrides: list[str], out: Path) -> str:
+    """Build tiny preset ``name`` with ``KEY=VALUE`` field overrides into ``out``; return its path."""
+    from harness.models import TINY_PRESETS, build_tiny_model, collect_demonstrations
+
+    base = TINY_PRESETS[name]
+    changes = {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if not hasattr(base, key):
+            raise SystemExit(f"unknown TinyPreset field {key!r}")
+        changes[key] = type(getattr(base, key))(value)
+    preset = dataclasses.replace(base, **changes)
+    demos, _ = collect_demonstrations(preset.demos_per_task, seed=0)
+    meta = build_tiny_model(preset, out, demos, seed=0)
+    print(f"variant {name} {changes}: {meta}")
+    return str(out)
+
+
+def probe(path: str, train_cases: int) -> int:
+    """Print the per-turn table for the model at ``path``."""
     from harness.generation import HFGenerator
-    from harness.models import load_model, load_tokenizer, prepare_model
+    from harness.models import load_model, load_tokenizer
     from tasks import build_task
     from tasks.agent_security.episode import Episode
     from tasks.agent_security.scenarios import EmbeddedEnv, Scenario
 
-    path = prepare_model(args.model)
     task = build_task("agent-security", {})
     generator = HFGenerator(load_model(path), load_tokenizer(path))
     pairs = []  # (template, turn, kind, conversation, gold)
-    for sample in task.eval_samples() + task.train_samples()[: args.train_cases]:
+    for sample in task.eval_samples() + task.train_samples()[:train_cases]:
         scenario = Scenario.from_json(str(sample.columns["scenario"]))
         if scenario.attacked:
             continue
