@@ -322,20 +322,14 @@ def _completion_loss(model: Any, input_ids: Any, attention: Any, labels: Any) ->
     return torch.nn.functional.cross_entropy(logits.float(), targets[keep])
 
 
-def build_tiny_model(
-    preset: TinyPreset, out_dir: Path, demos: list[tuple[list[dict], str]], seed: int = 0
-) -> dict[str, Any]:
-    """Train the tokenizer, initialise the model, warm-start it and save both to ``out_dir``."""
+def untrained_model(preset: TinyPreset, tok: Any, *, seed: int = 0) -> Any:
+    """A randomly initialised Qwen2 of ``preset``'s shape for tokenizer ``tok`` (its special ids set).
+
+    The SFT fields of ``preset`` are not used. Input and output embeddings are tied.
+    """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    start = time.perf_counter()
-    texts = []
-    for prompt, completion in demos:
-        texts.extend(m["content"] for m in prompt)
-        texts.append(completion)
-    texts.extend(CHAT_TEMPLATE.split("{%"))  # keep markup fragments in the merges
-    tok = train_tokenizer(texts, preset.vocab_size)
     torch.manual_seed(seed)
     kwargs = _qwen2_kwargs(preset)
     kwargs.update(
@@ -348,6 +342,22 @@ def build_tiny_model(
     model.generation_config.eos_token_id = kwargs["eos_token_id"]
     model.generation_config.pad_token_id = kwargs["pad_token_id"]
     model.generation_config.bos_token_id = kwargs["bos_token_id"]
+    return model
+
+
+def build_tiny_model(
+    preset: TinyPreset, out_dir: Path, demos: list[tuple[list[dict], str]], seed: int = 0
+) -> dict[str, Any]:
+    """Train the tokenizer, initialise the model, warm-start it and save both to ``out_dir``."""
+
+    start = time.perf_counter()
+    texts = []
+    for prompt, completion in demos:
+        texts.extend(m["content"] for m in prompt)
+        texts.append(completion)
+    texts.extend(CHAT_TEMPLATE.split("{%"))  # keep markup fragments in the merges
+    tok = train_tokenizer(texts, preset.vocab_size)
+    model = untrained_model(preset, tok, seed=seed)
     sft_loss = sft_warm_start(
         model, tok, drop_final_lines(demos, preset.drop_final_line_fraction, seed), preset, seed
     )
