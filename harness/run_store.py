@@ -174,7 +174,7 @@ class ClientReader(_Reader):
         self.client = MlflowClient(tracking_uri=tracking_uri)
 
     def close(self) -> None:
-        pass
+        """Nothing to release: ``MlflowClient`` keeps no open connection of its own."""
 
     def experiment_id(self, name: str) -> str | None:
         exp = self.client.get_experiment_by_name(name)

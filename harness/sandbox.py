@@ -837,7 +837,7 @@ class _Zygote_:
         for name in _PRELOAD:
             try:
                 __import__(name)
-            except Exception:
+            except Exception:  # a speed-up only: a module that fails here is imported per run instead
                 pass
         import gc
 
