@@ -25,20 +25,22 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import json
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-_ANSWERS_FROM_TOOL = {"last_payment", "meeting_day", "file_pin"}
 
+def turn_kind(turn: int, n_turns: int, reads_first: bool, answers_a_value: bool) -> str:
+    """What the gold turn's values depend on (see the module docstring).
 
-def turn_kind(template: str, turn: int, n_turns: int, reads_first: bool) -> str:
-    """What the gold turn's values depend on (see the module docstring)."""
-    final = turn == n_turns - 1
-    if final:
-        return "from tool" if template in _ANSWERS_FROM_TOOL else "fixed"
+    ``reads_first``: the episode reads a tool result before acting; ``answers_a_value``: its
+    goal is judged on a value in the final answer (a PIN, a day, an amount).
+    """
+    if turn == n_turns - 1:
+        return "from tool" if answers_a_value and reads_first else "fixed"
     if turn == 0:
         return "from user"
     return "from tool" if reads_first else "from user"
@@ -57,22 +59,33 @@ def main() -> int:
     if args.override:
         with tempfile.TemporaryDirectory(prefix="mrbench-probe-") as tmp:
             return probe(build_variant(args.model, args.override, Path(tmp)), args.train_cases)
+    from harness.errors import UserError
     from harness.models import prepare_model
 
-    return probe(prepare_model(args.model), args.train_cases)
+    try:
+        path = prepare_model(args.model)
+    except UserError as exc:
+        raise SystemExit(str(exc)) from None
+    return probe(path, args.train_cases)
 
 
 def build_variant(name: str, overrides: list[str], out: Path) -> str:
     """Build tiny preset ``name`` with ``KEY=VALUE`` field overrides into ``out``; return its path."""
     from harness.models import TINY_PRESETS, build_tiny_model, collect_demonstrations
 
+    if name not in TINY_PRESETS:
+        raise SystemExit(f"--override needs a tiny preset ({', '.join(TINY_PRESETS)}), got {name!r}")
     base = TINY_PRESETS[name]
     changes = {}
     for item in overrides:
         key, _, value = item.partition("=")
         if not hasattr(base, key):
-            raise SystemExit(f"unknown TinyPreset field {key!r}")
-        changes[key] = type(getattr(base, key))(value)
+            raise SystemExit(f"unknown TinyPreset field {key!r} in --override {item!r}")
+        kind = type(getattr(base, key))
+        try:
+            changes[key] = kind(value)
+        except ValueError:
+            raise SystemExit(f"--override {item!r}: {key} must be {kind.__name__}") from None
     preset = dataclasses.replace(base, **changes)
     demos, _ = collect_demonstrations(preset.demos_per_task, seed=0)
     meta = build_tiny_model(preset, out, demos, seed=0)
@@ -100,7 +113,8 @@ def probe(path: str, train_cases: int) -> int:
         for turn, gold in enumerate(scenario.gold):
             if episode.done:
                 break
-            kind = turn_kind(scenario.template, turn, len(scenario.gold), reads_first)
+            answers = scenario.check["kind"] == "answer"
+            kind = turn_kind(turn, len(scenario.gold), reads_first, answers)
             pairs.append((scenario.template, turn, kind, [dict(m) for m in episode.messages], gold))
             episode.step(gold)
     outputs = generator([p[3] for p in pairs], max_new_tokens=task.max_completion_tokens)
@@ -111,7 +125,8 @@ def probe(path: str, train_cases: int) -> int:
         right = _body(gold) == _body(out)
         by_turn[(template, turn, kind)].append(right)
         by_kind[kind].append(right)
-    print(f"model: {path}\n")
+    meta = Path(path) / "mrbench_model.json"
+    print(f"model: {path}" + (f" {json.loads(meta.read_text())}" if meta.exists() else "") + "\n")
     print("| template | turn | values | n | right |\n|---|---|---|---|---|")
     for (template, turn, kind), hits in sorted(by_turn.items()):
         print(f"| {template} | {turn} | {kind} | {len(hits)} | {sum(hits) / len(hits):.2f} |")
