@@ -29,3 +29,40 @@ def micro_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("micro-model")
     build_tiny_model(MICRO, out, micro_demos(), seed=0)
     return out
+
+
+@pytest.fixture(scope="session")
+def random_generator():
+    """Factory: ``make(tok, layers=2, max_positions=1024, seed=0)`` → an ``HFGenerator`` over an
+    untrained 32-wide Qwen2 for ``tok``, generating one conversation at a time.
+
+    Input and output embeddings are untied (unlike the presets): a random tied model predicts
+    its last input token again and again, whatever the prompt.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from harness.generation import HFGenerator
+
+    def make(tok, *, layers: int = 2, max_positions: int = 1024, seed: int = 0) -> HFGenerator:
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)
+        config = Qwen2Config(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=max_positions,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.pad_token_id,
+            tie_word_embeddings=False,
+        )
+        model = Qwen2ForCausalLM(config)
+        model.generation_config.eos_token_id = tok.eos_token_id
+        model.generation_config.pad_token_id = tok.pad_token_id
+        return HFGenerator(model, tok, batch_size=1)
+
+    return make

@@ -9,43 +9,18 @@ from typing import Any
 
 import pytest
 
+from harness.generation import HFGenerator
 from harness.lm_eval_bridge import GenerationRun, export_lm_eval_task, run_generation_task, sample_to_row
 from tasks.base import Sample
 
 
-class Gen:
-    """Minimal generator: the bridge only needs ``.model`` and ``.tokenizer``."""
-
-    def __init__(self, model: Any, tokenizer: Any) -> None:
-        self.model, self.tokenizer = model, tokenizer
-
-
 @pytest.fixture(scope="module")
-def gen() -> Gen:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
+def gen(random_generator: Any) -> HFGenerator:
+    """A 2-layer random Qwen2 with a tokenizer trained on two strings."""
     from harness.models import train_tokenizer
 
-    torch.set_num_threads(1)
     tok = train_tokenizer(["def add(a, b): return a + b", "What is the weather in Paris?"], vocab_size=300)
-    torch.manual_seed(1)
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.pad_token_id,
-    )
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    return Gen(model, tok)
+    return random_generator(tok, max_positions=512, seed=1)
 
 
 def make_samples() -> list[Sample]:
@@ -70,14 +45,14 @@ def length_score(sample: Sample, completion: str) -> dict[str, float]:
     }
 
 
-def direct_greedy(gen: Gen, sample: Sample, max_new_tokens: int) -> str:
+def direct_greedy(gen: HFGenerator, sample: Sample, max_new_tokens: int) -> str:
     text = gen.tokenizer.apply_chat_template(sample.prompt, add_generation_prompt=True, tokenize=False)
     enc = gen.tokenizer(text, return_tensors="pt", add_special_tokens=False)
     out = gen.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
     return gen.tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-def test_one_greedy_generation_per_sample_in_order(gen: Gen) -> None:
+def test_one_greedy_generation_per_sample_in_order(gen: HFGenerator) -> None:
     samples = make_samples()
     metrics = ["chars", "has_id", "n_cols"]
     run = run_generation_task(
@@ -102,7 +77,7 @@ def test_one_greedy_generation_per_sample_in_order(gen: Gen) -> None:
     assert 0.0 <= run.metrics["has_id"] <= 1.0
 
 
-def test_token_budget_and_model_mode(gen: Gen) -> None:
+def test_token_budget_and_model_mode(gen: HFGenerator) -> None:
     gen.model.train()
     samples = make_samples()[:2]
     run = run_generation_task(
@@ -117,7 +92,7 @@ def test_token_budget_and_model_mode(gen: Gen) -> None:
     assert all(len(gen.tokenizer(c, add_special_tokens=False)["input_ids"]) <= 1 for c in run.completions)
 
 
-def test_nan_scores_are_left_out_of_the_means(gen: Gen) -> None:
+def test_nan_scores_are_left_out_of_the_means(gen: HFGenerator) -> None:
     def score(sample: Sample, completion: str) -> dict[str, float]:
         return {"m": math.nan if sample.id == "a" else 1.0}
 
@@ -127,7 +102,7 @@ def test_nan_scores_are_left_out_of_the_means(gen: Gen) -> None:
     assert run.metrics["m"] == 1.0 and math.isnan(run.scores[0]["m"])
 
 
-def test_exported_task_folder_gives_the_same_results(gen: Gen, tmp_path: Path) -> None:
+def test_exported_task_folder_gives_the_same_results(gen: HFGenerator, tmp_path: Path) -> None:
     """The YAML + utils module for `lm_eval --include_path` run the very same evaluation."""
     from tasks.tool_calling import tool_calling
     from tasks.tool_calling.task import EVAL_METRICS
@@ -150,7 +125,7 @@ def test_exported_task_folder_gives_the_same_results(gen: Gen, tmp_path: Path) -
     assert [r["id"] for r in rows] == [s.id for s in samples]
 
 
-def test_bad_input_is_rejected_with_the_bad_value(gen: Gen, tmp_path: Path) -> None:
+def test_bad_input_is_rejected_with_the_bad_value(gen: HFGenerator, tmp_path: Path) -> None:
     turns = [
         {"role": "user", "content": "a"},
         {"role": "assistant", "content": "b"},

@@ -110,28 +110,8 @@ def test_generation_failure_is_caught(small_task: Any, tokenizer: Any) -> None:
 # --------------------------------------------------------------------------- a real GRPOTrainer
 
 
-def _tiny_model(tokenizer: Any) -> Any:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=1024,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config)
-
-
-def _train(task: Any, tokenizer: Any, tmp_path: Any, rollout_func: Any, steps: int = 1) -> Any:
+def _train(task: Any, generator: Any, tmp_path: Any, rollout_func: Any, steps: int = 1) -> Any:
+    """``steps`` GRPO steps of ``generator``'s random model (and tokenizer) on the task's first prompts."""
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -159,18 +139,20 @@ def _train(task: Any, tokenizer: Any, tmp_path: Any, rollout_func: Any, steps: i
         disable_tqdm=True,
     )
     trainer = GRPOTrainer(
-        model=_tiny_model(tokenizer),
+        model=generator.model,
         reward_funcs=[c.fn for c in task.reward_components()],
         args=args,
         train_dataset=dataset,
-        processing_class=tokenizer,
+        processing_class=generator.tokenizer,
         rollout_func=rollout_func,
     )
     trainer.train()
     return trainer
 
 
-def test_grpo_trainer_trains_on_multi_turn_rollouts(small_task: Any, tokenizer: Any, tmp_path: Any) -> None:
+def test_grpo_trainer_trains_on_multi_turn_rollouts(
+    small_task: Any, tokenizer: Any, random_generator: Any, tmp_path: Any
+) -> None:
     """Scripted turns through the real trainer: multi-turn completions with tool tokens masked."""
     captured: list[dict[str, Any]] = []
 
@@ -199,7 +181,7 @@ def test_grpo_trainer_trains_on_multi_turn_rollouts(small_task: Any, tokenizer: 
         captured.append(out)
         return out
 
-    trainer = _train(small_task, tokenizer, tmp_path, rollout)
+    trainer = _train(small_task, random_generator(tokenizer), tmp_path, rollout)
     out = captured[0]
     assert len(out["completion_ids"]) == 8
     assert any(0 in m for m in out["env_mask"])  # tool results were inserted and masked
@@ -212,10 +194,12 @@ def test_grpo_trainer_trains_on_multi_turn_rollouts(small_task: Any, tokenizer: 
     assert logs["completions/mean_length"] == pytest.approx(sum(model_tokens) / len(model_tokens))
 
 
-def test_grpo_trainer_with_the_model_generating(small_task: Any, tokenizer: Any, tmp_path: Any) -> None:
+def test_grpo_trainer_with_the_model_generating(
+    small_task: Any, tokenizer: Any, random_generator: Any, tmp_path: Any
+) -> None:
     """The default rollout: the (random) model samples every turn through transformers."""
     hooks = small_task.training_hooks()
-    trainer = _train(small_task, tokenizer, tmp_path, hooks["rollout_func"])
+    trainer = _train(small_task, random_generator(tokenizer), tmp_path, hooks["rollout_func"])
     logs = trainer.state.log_history[0]
     assert logs["rewards/utility/mean"] == 0.0  # a random model solves nothing…
     assert "loss" in logs  # …but the step ran end to end

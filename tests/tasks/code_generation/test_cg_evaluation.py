@@ -71,50 +71,13 @@ def test_score_sample_for_the_exported_lm_eval_task():
 
 
 @pytest.fixture(scope="module")
-def tiny_generator():
-    """A randomly initialised two-layer Qwen2 with a BPE trained on the task's demonstrations."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+def tiny_generator(random_generator):
+    """A randomly initialised one-layer Qwen2 with a BPE trained on the task's demonstrations."""
+    from harness.models import train_tokenizer
 
-    torch.set_num_threads(1)
     demos = code_generation().demonstrations(100, seed=0)
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    core.train_from_iterator([p[0]["content"] + c for p, c in demos], trainer=trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", padding_side="left"
-    )
-    tok.chat_template = (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-
-    class Gen:
-        def __init__(self) -> None:
-            self.model, self.tokenizer = Qwen2ForCausalLM(config), tok
-
-    return Gen()
+    tok = train_tokenizer([p[0]["content"] + c for p, c in demos], vocab_size=400)
+    return random_generator(tok, layers=1, max_positions=512)
 
 
 def test_gold_answers_fit_the_generation_budget(tiny_generator):
