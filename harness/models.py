@@ -26,7 +26,7 @@ from harness.tracking import results_dir
 
 log = logging.getLogger(__name__)
 
-BUILDER_VERSION = 2  # bump to invalidate every cached tiny model
+BUILDER_VERSION = 3  # bump to invalidate every cached tiny model
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -181,13 +181,33 @@ def _demos_digest(demos: list[tuple[list[dict], str]]) -> str:
 # --------------------------------------------------------------------------- tokenizer
 
 
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+"""The pre-tokenizer split of Qwen2's tokenizer (one digit per piece, words with one leading
+non-letter). ``AutoTokenizer`` loads any tokenizer saved next to a ``qwen2`` config as
+``Qwen2Tokenizer``, which rebuilds its normalizer and pre-tokenizer from this pattern and keeps
+only the vocabulary and merges. The tiny tokenizers are trained with the same split so that the
+text the warm start was trained on is cut exactly as the loaded tokenizer cuts it."""
+
+
 def train_tokenizer(texts: list[str], vocab_size: int) -> Any:
-    """A byte-level BPE tokenizer trained on ``texts``, with Qwen-style chat markup as special tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """A byte-level BPE tokenizer trained on ``texts``, with Qwen-style chat markup as special tokens.
+
+    Normalizer and pre-tokenizer are Qwen2's (see :data:`QWEN2_PRETOKENIZE_REGEX`), so the
+    tokenizer cuts text the same way before and after a save and ``AutoTokenizer`` load.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -206,6 +226,23 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Any:
     )
     tok.chat_template = CHAT_TEMPLATE
     return tok
+
+
+def check_tokenizer_round_trip(trained: Any, loaded: Any, texts: list[str]) -> None:
+    """Raise ``RuntimeError`` unless ``loaded`` (the saved tokenizer read back) encodes ``texts``
+    to the same ids as ``trained``.
+
+    Why: a model warm-started on one tokenization and then run with another sees its inputs
+    out of distribution (numbers especially), and nothing else fails loudly.
+    """
+    for text in texts:
+        a = trained(text, add_special_tokens=False)["input_ids"]
+        b = loaded(text, add_special_tokens=False)["input_ids"]
+        if list(a) != list(b):
+            raise RuntimeError(
+                f"the saved tokenizer reloads as {type(loaded).__name__} and cuts text differently "
+                f"from the one trained: {text[:80]!r} gives {list(a)[:12]} vs {list(b)[:12]}"
+            )
 
 
 # --------------------------------------------------------------------------- build
@@ -356,14 +393,20 @@ def build_tiny_model(
         texts.extend(m["content"] for m in prompt)
         texts.append(completion)
     texts.extend(CHAT_TEMPLATE.split("{%"))  # keep markup fragments in the merges
-    tok = train_tokenizer(texts, preset.vocab_size)
-    model = untrained_model(preset, tok, seed=seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trained = train_tokenizer(texts, preset.vocab_size)
+    model = untrained_model(preset, trained, seed=seed)
+    # Warm-start with the tokenizer exactly as every later user loads it: AutoTokenizer picks
+    # its class from the model config (Qwen2Tokenizer), so the config is saved first. The check
+    # makes a loader that cuts text differently fail the build instead of the model.
+    model.config.save_pretrained(out_dir)
+    trained.save_pretrained(out_dir)
+    tok = load_tokenizer(str(out_dir))
+    check_tokenizer_round_trip(trained, tok, texts[:: max(1, len(texts) // 200)])
     sft_loss = sft_warm_start(
         model, tok, drop_final_lines(demos, preset.drop_final_line_fraction, seed), preset, seed
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
     return {
         "parameters": sum(p.numel() for p in model.parameters()),
         "sft_final_loss": round(sft_loss, 4),

@@ -94,3 +94,40 @@ def test_bucketed_batches_are_full_random_and_length_sorted_within():
     # The batches come in random order, not shortest first (that would be a length curriculum).
     orders = [[len(b[0][0]) for b in _bucketed_batches(encoded, 4, random.Random(s))] for s in range(10)]
     assert any(order != sorted(order) for order in orders)
+
+
+def test_built_tokenizer_loads_back_cutting_text_as_trained(micro_model_dir):
+    """The warm start and every later run must see the same token ids (numbers above all)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from harness.models import check_tokenizer_round_trip
+
+    loaded = load_tokenizer(str(micro_model_dir))
+    as_trained = PreTrainedTokenizerFast(tokenizer_file=str(micro_model_dir / "tokenizer.json"))
+    texts = ["Pay IONA-27 the amount 96.", 'def f(x):\n    return x * 1931\n', '{"to": "a@b.com"}']
+    check_tokenizer_round_trip(as_trained, loaded, texts)
+    pieces = [loaded.decode([i]) for i in loaded("amount 1931", add_special_tokens=False)["input_ids"]]
+    assert pieces[-4:] == ["1", "9", "3", "1"]  # one digit per token, as Qwen2 cuts numbers
+
+
+def test_round_trip_check_rejects_a_loader_that_cuts_differently(tmp_path, micro_model_dir):
+    """A GPT-2-style tokenizer saved next to a qwen2 config reloads as Qwen2Tokenizer, which
+    re-cuts numbers: the check must name that, not let a warm start train on other ids."""
+    import shutil
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from harness.models import check_tokenizer_round_trip
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2 split: "1931" stays whole
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"], show_progress=False)
+    core.train_from_iterator(["amount 1931 1931 1931 and 1931"] * 50, trainer=trainer)
+    gpt2_style = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>")
+    gpt2_style.save_pretrained(tmp_path)
+    shutil.copy(micro_model_dir / "config.json", tmp_path / "config.json")
+    loaded = load_tokenizer(str(tmp_path))
+    with pytest.raises(RuntimeError, match="cuts text differently"):
+        check_tokenizer_round_trip(gpt2_style, loaded, ["amount 1931"])
