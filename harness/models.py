@@ -182,7 +182,8 @@ def _demos_digest(demos: list[tuple[list[dict], str]]) -> str:
 
 
 QWEN2_PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 """The pre-tokenizer split of Qwen2's tokenizer (one digit per piece, words with one leading
 non-letter). ``AutoTokenizer`` loads any tokenizer saved next to a ``qwen2`` config as
