@@ -104,7 +104,7 @@ def test_built_tokenizer_loads_back_cutting_text_as_trained(micro_model_dir):
 
     loaded = load_tokenizer(str(micro_model_dir))
     as_trained = PreTrainedTokenizerFast(tokenizer_file=str(micro_model_dir / "tokenizer.json"))
-    texts = ["Pay IONA-27 the amount 96.", 'def f(x):\n    return x * 1931\n', '{"to": "a@b.com"}']
+    texts = ["Pay IONA-27 the amount 96.", "def f(x):\n    return x * 1931\n", '{"to": "a@b.com"}']
     check_tokenizer_round_trip(as_trained, loaded, texts)
     pieces = [loaded.decode([i]) for i in loaded("amount 1931", add_special_tokens=False)["input_ids"]]
     assert pieces[-4:] == ["1", "9", "3", "1"]  # one digit per token, as Qwen2 cuts numbers
