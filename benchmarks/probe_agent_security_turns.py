@@ -87,7 +87,9 @@ def build_variant(name: str, overrides: list[str], out: Path) -> str:
         except ValueError:
             raise SystemExit(f"--override {item!r}: {key} must be {kind.__name__}") from None
     preset = dataclasses.replace(base, **changes)
-    demos, _ = collect_demonstrations(preset.demos_per_task, seed=0)
+    demos, _ = collect_demonstrations(
+        preset.demos_per_task, seed=0, drop_fraction=preset.drop_final_line_fraction
+    )
     meta = build_tiny_model(preset, out, demos, seed=0)
     print(f"variant {name} {changes}: {meta}")
     return str(out)

@@ -59,7 +59,7 @@ class TinyPreset:
 # The SFT budget is deliberately short: the warm start should teach the output formats,
 # not solve the tasks, so that GRPO has room to improve.
 TINY_PRESETS: dict[str, TinyPreset] = {
-    "tiny": TinyPreset(96, 3, 4, 2, 384, sft_steps=400, sft_lr=3e-3),
+    "tiny": TinyPreset(96, 3, 4, 2, 384, sft_steps=1200, sft_lr=3e-3),
     "tiny-s": TinyPreset(160, 4, 4, 2, 640, sft_steps=400, sft_lr=2e-3),
     "tiny-m": TinyPreset(256, 8, 8, 4, 1024, sft_steps=400, sft_lr=1e-3),
     "tiny-l": TinyPreset(512, 8, 8, 4, 2048, sft_steps=400, sft_lr=5e-4),
@@ -121,8 +121,15 @@ def _qwen2_kwargs(preset: TinyPreset) -> dict[str, Any]:
 # --------------------------------------------------------------------------- demonstrations
 
 
-def collect_demonstrations(per_task: int, seed: int = 0) -> tuple[list[tuple[list[dict], str]], list[str]]:
+def collect_demonstrations(
+    per_task: int, seed: int = 0, *, drop_fraction: float = 0.0
+) -> tuple[list[tuple[list[dict], str]], list[str]]:
     """Demonstrations from every task that can be built here, and the names of those tasks.
+
+    ``drop_fraction``: share of each task's multi-line completions whose final line is left
+    out (:func:`drop_final_lines`), except for a task whose ``demos_keep_final_line`` is true
+    (agent security: every turn of an episode must be well formed, so a flaw per turn would
+    compound over the episode instead of leaving one thing for GRPO to fix).
 
     A task whose package is not available (ImportError) is left out with a log line; the cache
     key covers which tasks were used, so the model is rebuilt once the task appears.
@@ -137,7 +144,10 @@ def collect_demonstrations(per_task: int, seed: int = 0) -> tuple[list[tuple[lis
         except ImportError as exc:
             log.warning("warm start: task %s unavailable (%s); not included", entry.name, exc)
             continue
-        demos.extend(task.demonstrations(per_task, seed))
+        own = task.demonstrations(per_task, seed)
+        if drop_fraction > 0 and not getattr(task, "demos_keep_final_line", False):
+            own = drop_final_lines(own, drop_fraction, seed=f"{seed}/{task.name}")
+        demos.extend(own)
         used.append(f"{task.name}@{task.version}")
     if not demos:
         raise UserError("no task could provide demonstrations for the tiny model's warm start")
@@ -145,16 +155,17 @@ def collect_demonstrations(per_task: int, seed: int = 0) -> tuple[list[tuple[lis
 
 
 def drop_final_lines(
-    demos: list[tuple[list[dict], str]], fraction: float, seed: int
+    demos: list[tuple[list[dict], str]], fraction: float, seed: int | str
 ) -> list[tuple[list[dict], str]]:
     r"""Remove the last line of ``fraction`` of the multi-line completions.
 
     Why: a model fine-tuned on perfect demonstrations starts RL near its imitation ceiling with
-    little entropy, and greedy evaluation cannot show what GRPO adds. Every task's output format
-    ends with a closing line (``</tool_call>``, a closing code fence, ``</response>``), so a
-    warm start that leaves it out about half of the time has one flaw that all tasks' format and
+    little entropy, and greedy evaluation cannot show what GRPO adds. The single-turn tasks'
+    output formats end with a closing line (``</tool_call>``, a closing code fence), so a warm
+    start that leaves it out about half of the time has one flaw that the format and
     correctness rewards penalise, that sampling explores, and that GRPO can fix: rewards start
-    non-zero but clearly improvable.
+    non-zero but clearly improvable. (Multi-turn agent security opts out, see
+    :func:`collect_demonstrations`; its room to improve is the attack success rate.)
 
     >>> drop_final_lines([([], "a\nb\nc")], 1.0, seed=0)[0][1]
     'a\nb'
@@ -404,9 +415,7 @@ def build_tiny_model(
     trained.save_pretrained(out_dir)
     tok = load_tokenizer(str(out_dir))
     check_tokenizer_round_trip(trained, tok, texts[:: max(1, len(texts) // 200)])
-    sft_loss = sft_warm_start(
-        model, tok, drop_final_lines(demos, preset.drop_final_line_fraction, seed), preset, seed
-    )
+    sft_loss = sft_warm_start(model, tok, demos, preset, seed)
     model.save_pretrained(out_dir)
     return {
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -428,7 +437,9 @@ def prepare_model(name: str, *, seed: int = 0) -> str:
     from filelock import FileLock
 
     preset = TINY_PRESETS[name]
-    demos, used = collect_demonstrations(preset.demos_per_task, seed=0)
+    demos, used = collect_demonstrations(
+        preset.demos_per_task, seed=0, drop_fraction=preset.drop_final_line_fraction
+    )
     key = tiny_cache_key(name, preset, _demos_digest(demos), used)
     root = results_dir() / "models"
     root.mkdir(parents=True, exist_ok=True)
