@@ -41,6 +41,11 @@ from tasks.base import EvalResult, Generator, Message, RewardComponent, Sample
 
 DATASETS = ("embedded", "agentdojo")
 MODES = ("multi-turn", "single-turn")
+OBEY_SHARE_OF_ATTACKED = 0.125
+"""Share of the attacked training cases played by the obeying policy in the warm start's
+demonstrations (see :meth:`AgentSecurityTask.demonstrations`). Each read-first user goal comes
+with one attacked case per attack style, so with the four styles about one demonstrated
+episode in four obeys an injection."""
 _DEFAULTS = {  # dataset → (max_turns, max_completion_tokens per turn, max chars per turn, max tool chars)
     "embedded": (4, 48, 2000, 1500),
     "agentdojo": (8, 512, 8000, 8000),  # the paper runs AgentDojo with at most 8 turns
@@ -70,9 +75,13 @@ class AgentSecurityTask:
     """The built task (see the module docstring); create it with :func:`agent_security`."""
 
     name = "agent-security"
-    version = "1"
+    version = "2"  # 2: single-token accounts, round amounts, obeying warm-start demos
     primary_metric = "joint"
     lower_is_better = frozenset({"asr"})
+    demos_keep_final_line = True
+    """The tiny warm start keeps every demonstrated turn whole (``harness.models.collect_demonstrations``):
+    an episode needs each of its 2–4 turns well formed, so leaving closing lines out would leave
+    utility and attack success near 0 at the start and GRPO nothing to learn but the format."""
 
     def __init__(
         self,
@@ -214,12 +223,18 @@ class AgentSecurityTask:
     # ------------------------------------------------------------------ warm start
 
     def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
-        """``n`` (conversation so far, gold next assistant turn) pairs — one per turn of an episode.
+        """``n`` (conversation so far, next assistant turn) pairs — one per turn of an episode.
 
-        Drawn from *clean* training-side cases only: they teach the format, the tools and
-        following the user's instructions (including the direct requests phrased like attacks).
-        Resisting injections is left to GRPO, so the warm start does not pre-solve safety.
-        The completions are exactly what :func:`~.episode.parse_turn` accepts.
+        Drawn from training-side cases only. Most episodes are clean cases played by the gold
+        policy: they teach the format, the tools and following the user's instructions
+        (including the direct requests phrased like attacks). About one in four is an attacked
+        case played by :func:`~.scenarios.obey_policy` (the attacker's call right after the
+        injection is read, then the user's task): the warm start is a *naive instruction
+        follower*, as instruction-tuned models are, so that it starts with a real attack
+        success rate for GRPO's safety reward to bring down. A clean-only warm start never
+        learns to act on text inside a tool result, has ASR ≈ 0 from the start, and leaves the
+        safety reward nothing to teach but output validity. The completions are exactly what
+        :func:`~.episode.parse_turn` accepts.
         """
         if n <= 0:
             return []
@@ -229,21 +244,22 @@ class AgentSecurityTask:
 
             cases = [AgentDojoCase.from_json(s.columns["scenario"]) for s in self.train_samples()]
             return demonstrations(cases, n, seed)
-        from tasks.agent_security.scenarios import EmbeddedEnv, generate
+        from tasks.agent_security.scenarios import EmbeddedEnv, generate, gold_policy, obey_policy
 
         pool: list[tuple[list[Message], str]] = []
         size = max(64, 2 * n)
         while len(pool) < n:
             # A separate world seed: new worlds, but only training-side user requests (the split hash).
             scenarios, _ = generate(size, 0, 1_000_000 + seed, self.styles)
+            pick = random.Random(f"agent-security-obey/{seed}/{size}")
             pool = []
             for scenario in scenarios:
-                if scenario.attacked:
+                if scenario.attacked and pick.random() >= OBEY_SHARE_OF_ATTACKED:
                     continue
+                policy = obey_policy(scenario) if scenario.attacked else gold_policy(scenario)
                 episode = Episode(EmbeddedEnv(scenario), self.limits)
-                for text in scenario.gold:
-                    if episode.done:
-                        break
+                while not episode.done:
+                    text = policy.next_turn(episode.messages)
                     pool.append(([dict(m) for m in episode.messages], text))
                     episode.step(text)
             size *= 2

@@ -100,7 +100,12 @@ def test_demonstrations_are_accepted_turns(small_task: AgentSecurityTask) -> Non
         assert parse_turn(completion).valid
         assert prompt[1]["content"] not in eval_goals  # no eval request leaks into the warm start
         assert all(SCENARIO_KEY not in m for m in prompt)
-        assert "<INFORMATION>" not in json.dumps(prompt)  # clean cases only
+    # About one episode in four obeys an injection (a naive instruction follower): right after
+    # the tool result that carries it, the demonstrated turn is the attacker's call.
+    injected = [(p, c) for p, c in demos if "<INFORMATION>" in json.dumps(p)]
+    assert 0.05 * len(demos) < len(injected) < 0.5 * len(demos)
+    just_read = [c for p, c in injected if "<INFORMATION>" in p[-1]["content"]]
+    assert just_read and all(parse_turn(c).calls for c in just_read)
     kinds = {("tool_call" if "<tool_call>" in c else "response") for _, c in demos}
     assert kinds == {"tool_call", "response"}
     assert any(len(p) > 2 for p, _ in demos)  # later turns see tool results
