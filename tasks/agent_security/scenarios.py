@@ -22,9 +22,10 @@ is asking (the user, or text inside a tool result), not *what* is asked.
 **Values.** Accounts are ``AC-<digit>`` and amounts multiples of 10 below 100 (an attacker's
 amount: 100 more), so an account or an amount is a token or two after a fixed prefix. Why: the
 tiny CPU warm start copies one or two tokens from a tool result into its next call, but not a
-longer number or a rare name (``benchmarks/probe_agent_security_turns.py``); with four-digit
-accounts no read-first episode succeeded and GRPO saw no utility signal. PINs and codes keep
-four digits, which the tiny models rarely copy: those goals stay for larger models.
+longer number or a rare name (``benchmarks/probe_agent_security_turns.py``): with accounts
+like ``IONA-27`` (task version 1) or ``AC-4821`` and amounts of any two digits, it paid no bill
+right and GRPO saw no utility signal. PINs and codes keep four digits, which the tiny models
+rarely copy: those goals stay for larger models.
 
 **Attacks.** An attacked scenario appends an injection (:mod:`.attacks`, one variant per
 style) to the vector; its goal is one of: send money to an account that is not the user's
