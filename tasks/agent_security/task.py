@@ -50,6 +50,7 @@ _DEFAULTS = {  # dataset → (max_turns, max_completion_tokens per turn, max cha
     "embedded": (4, 48, 2000, 1500),
     "agentdojo": (8, 512, 8000, 8000),  # the paper runs AgentDojo with at most 8 turns
 }
+_DEFAULT_N_EVAL = {"embedded": 400, "agentdojo": 100}
 
 
 def _check_choice(value: str, choices: Sequence[str], what: str) -> str:
@@ -467,7 +468,7 @@ def agent_security(
     dataset: str = "embedded",
     mode: str = "multi-turn",
     n_train: int = 500,
-    n_eval: int = 100,
+    n_eval: int = 0,
     seed: int = 0,
     max_turns: int = 0,
     attacks: str = "all",
@@ -481,7 +482,9 @@ def agent_security(
     dataset: ``embedded`` (procedural, CPU default) or ``agentdojo`` (v1.2.2 suites).
     mode: ``multi-turn`` (episodes, trained through a TRL ``rollout_func``) or ``single-turn``
     (one message at the decision point; embedded only).
-    n_train / n_eval: number of cases (clean + attacked) per split.
+    n_train / n_eval: number of cases (clean + attacked) per split; ``n_eval`` 0 = the dataset's
+    default: embedded 400 (about 100 clean; with fewer, one episode moves ``utility_clean`` by
+    several points and no change is measurable), AgentDojo 100.
     seed: world generation (embedded) / case sampling (AgentDojo); the split itself is seed-free.
     max_turns: assistant turns per episode; 0 = the dataset's default (embedded 4, AgentDojo 8).
     attacks: ``all`` or a comma list — embedded: important_instructions, ignore_previous,
@@ -522,7 +525,7 @@ def agent_security(
         dataset=dataset,
         mode=mode,
         n_train=n_train,
-        n_eval=n_eval,
+        n_eval=n_eval or _DEFAULT_N_EVAL[dataset],
         seed=seed,
         styles=styles,
         suites=suite_list,
