@@ -449,7 +449,11 @@ def test_sigint_exits_130_with_the_run_marked_killed(store: str) -> None:
 
 @pytest.mark.slow
 def test_sigkill_of_a_sweep_with_workers_leaves_no_orphan_to_finish_twice(store: str) -> None:
-    env = {**os.environ, "MRBENCH_FAKE_CELL_SECONDS": "4"}
+    # Cells long enough that both workers are surely inside one at the same time even when a
+    # loaded machine starts the second worker seconds after the first (with 4 s cells a slow
+    # start once meant two cells never overlapped and the wait below timed out).
+    cell_seconds = 10
+    env = {**os.environ, "MRBENCH_FAKE_CELL_SECONDS": str(cell_seconds)}
     proc = subprocess.Popen(
         cli_sweep(store, "orphans", "--workers", "2"),
         cwd=REPO,
@@ -463,14 +467,14 @@ def test_sigkill_of_a_sweep_with_workers_leaves_no_orphan_to_finish_twice(store:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     # The workers get SIGINT when their sweep dies and end their runs KILLED, well before their
-    # 4 s cells could finish as orphans.
+    # cells could finish as orphans.
     ended = wait_for(store, "orphans", lambda s: not any("RUNNING" in v for v in s.values()), timeout_s=60)
     assert [ended[k] for k in running] == [["KILLED"], ["KILLED"]]
     done = subprocess.run(
         cli_sweep(store, "orphans", "--workers", "2"), cwd=REPO, capture_output=True, text=True, timeout=180
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    time.sleep(5)  # an orphan that survived would finish its cell about now
+    time.sleep(cell_seconds + 1)  # an orphan that survived would have finished its cell by now
     after = child_statuses(store, "orphans")
     assert len(after) == 3 and all(v.count("FINISHED") == 1 for v in after.values()), after
 
