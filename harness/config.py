@@ -150,7 +150,7 @@ def resolve_spec(
     task_params: dict[str, Any] | None = None,
     train: TrainSettings | dict[str, Any] | None = None,
 ) -> RunSpec:
-    """Validate names and parameters against the registries and fill in every default.
+    """Validate names, parameters and the task's setting values, and fill in every default.
 
     Raises :class:`UserError` naming the bad value (with "did you mean" for names).
     Defaults are made explicit so that the run key changes when a default changes.
@@ -164,6 +164,9 @@ def resolve_spec(
         resolved_task = tasks.get_task_entry(task).resolve_params(task_params)
     except RegistryError as exc:
         raise UserError(str(exc)) from None
+    # Values too (n_eval=-1, an unknown attack style): building a task only checks its settings,
+    # so a bad value stops here, before any store or run is touched.
+    tasks.build_task(task, resolved_task)
     validate_model_name(model)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserError(f"seed must be a non-negative integer, got {seed!r}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.errors import UserError
 from harness.registry import Entry, Registry
 from tasks.base import (
     Column,
@@ -45,9 +46,18 @@ def get_task_entry(name: str) -> Entry[Any]:
 
 
 def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
-    """Build the task ``name`` with its settings (unknown settings raise ``UnknownParamError``)."""
+    """Build the task ``name`` with its settings.
+
+    Unknown settings raise ``UnknownParamError``; a value the task's factory rejects (its
+    ``ValueError``, e.g. ``n_eval=-1`` or an unknown attack style) raises :class:`UserError`
+    naming the task, so the CLI prints one line and exits 2 instead of a traceback.
+    """
     entry = TASKS.get(name)
-    return entry.obj(**entry.resolve_params(params))
+    resolved = entry.resolve_params(params)
+    try:
+        return entry.obj(**resolved)
+    except ValueError as exc:
+        raise UserError(f"bad setting for task {name!r}: {exc}") from None
 
 
 __all__ = [

@@ -88,6 +88,8 @@ def test_advantages_rewards_file(tmp_path):
         (["run", "--task", "tool-caling"], "tool-caling"),
         (["run", "--model", "tiny-xxl"], "tiny-xxl"),
         (["run", "--train", "stepz=3"], "stepz"),
+        (["run", "--task", "agent-security", "--task-param", "n_eval=-1"], "n_eval must be >= 0"),
+        (["run", "--task", "agent-security", "--task-param", "attacks=jailbreak"], "jailbreak"),
     ],
 )
 def test_bad_input_exits_2_naming_the_value(args, named):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from tasks.agent_security.attacks import STYLES
 from tasks.agent_security.episode import Environment, Episode, EpisodeResult, Limits, drive
@@ -46,11 +46,28 @@ OBEY_SHARE_OF_ATTACKED = 0.125
 demonstrations (see :meth:`AgentSecurityTask.demonstrations`). Each read-first user goal comes
 with one attacked case per attack style, so with the four styles about one demonstrated
 episode in four obeys an injection."""
-_DEFAULTS = {  # dataset → (max_turns, max_completion_tokens per turn, max chars per turn, max tool chars)
-    "embedded": (4, 48, 2000, 1500),
-    "agentdojo": (8, 512, 8000, 8000),  # the paper runs AgentDojo with at most 8 turns
+
+
+class _DatasetDefaults(NamedTuple):
+    max_turns: int
+    max_completion_tokens: int  # per assistant turn
+    max_chars_per_turn: int
+    max_tool_chars: int
+    n_eval: int  # embedded: about 100 clean cases, so one episode moves utility_clean by 1 point
+
+
+_DEFAULTS = {
+    "embedded": _DatasetDefaults(4, 48, 2000, 1500, 400),
+    "agentdojo": _DatasetDefaults(8, 512, 8000, 8000, 100),  # the paper runs AgentDojo with ≤ 8 turns
 }
-_DEFAULT_N_EVAL = {"embedded": 400, "agentdojo": 100}
+
+
+def _dataset_limits(dataset: str, max_turns: int) -> Limits:
+    """Episode limits: ``max_turns`` with the dataset's per-turn and tool-output caps."""
+    d = _DEFAULTS[dataset]
+    return Limits(
+        max_turns=max_turns, max_chars_per_turn=d.max_chars_per_turn, max_tool_chars=d.max_tool_chars
+    )
 
 
 def _check_choice(value: str, choices: Sequence[str], what: str) -> str:
@@ -104,8 +121,7 @@ class AgentSecurityTask:
         self.styles, self.suites = styles, suites
         self.invalid, self.format_weight = invalid, format_weight
         self.max_completion_tokens = max_completion_tokens
-        _, _, max_chars, max_tool = _DEFAULTS[dataset]
-        self.limits = Limits(max_turns=max_turns, max_chars_per_turn=max_chars, max_tool_chars=max_tool)
+        self.limits = _dataset_limits(dataset, max_turns)
         self._splits: tuple[list[Sample], list[Sample]] | None = None
         self._by_id: dict[str, str] = {}
         self._by_text: dict[str, list[str]] = {}
@@ -376,8 +392,7 @@ class AgentSecurityTask:
     def _limits_for(self, dataset: str) -> Limits:
         if dataset == self.dataset:
             return self.limits
-        turns, _, chars, tool_chars = _DEFAULTS[dataset]
-        return Limits(max_turns=turns, max_chars_per_turn=chars, max_tool_chars=tool_chars)
+        return _dataset_limits(dataset, _DEFAULTS[dataset].max_turns)
 
     def _embedded_index(self) -> dict[str, Any]:
         """Embedded scenarios by id (this task's, or the default-sized set when it is an AgentDojo task)."""
@@ -520,17 +535,17 @@ def agent_security(
 
         styles = _parse_list(attacks, ATTACKS, "attack")
         suite_list = _parse_list(suites, SUITES, "suite")
-    default_turns, default_tokens, _, _ = _DEFAULTS[dataset]
+    defaults = _DEFAULTS[dataset]
     return AgentSecurityTask(
         dataset=dataset,
         mode=mode,
         n_train=n_train,
-        n_eval=n_eval or _DEFAULT_N_EVAL[dataset],
+        n_eval=n_eval or defaults.n_eval,
         seed=seed,
         styles=styles,
         suites=suite_list,
-        max_turns=max_turns or default_turns,
-        max_completion_tokens=max_completion_tokens or default_tokens,
+        max_turns=max_turns or defaults.max_turns,
+        max_completion_tokens=max_completion_tokens or defaults.max_completion_tokens,
         invalid=invalid,
         format_weight=format_weight,
     )
