@@ -59,7 +59,7 @@ class TinyPreset:
 # The SFT budget is deliberately short: the warm start should teach the output formats,
 # not solve the tasks, so that GRPO has room to improve.
 TINY_PRESETS: dict[str, TinyPreset] = {
-    "tiny": TinyPreset(96, 3, 4, 2, 384, sft_steps=1200, sft_lr=3e-3),
+    "tiny": TinyPreset(96, 3, 4, 2, 384, sft_steps=1000, sft_lr=3e-3),
     "tiny-s": TinyPreset(160, 4, 4, 2, 640, sft_steps=400, sft_lr=2e-3),
     "tiny-m": TinyPreset(256, 8, 8, 4, 1024, sft_steps=400, sft_lr=1e-3),
     "tiny-l": TinyPreset(512, 8, 8, 4, 2048, sft_steps=400, sft_lr=5e-4),
@@ -273,14 +273,29 @@ def tiny_cache_key(name: str, preset: TinyPreset, demos_digest: str, tasks_used:
 
 
 def _encode_demo(tok: Any, prompt: list[dict], completion: str, max_len: int) -> tuple[list[int], list[int]]:
-    prompt_ids = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
-    if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "keys"):
-        prompt_ids = prompt_ids["input_ids"]
-    completion_ids = tok(completion + "<|im_end|>", add_special_tokens=False)["input_ids"]
-    ids = (list(prompt_ids) + completion_ids)[-max_len:]
-    n_completion = min(len(completion_ids), len(ids))
-    labels = [-100] * (len(ids) - n_completion) + ids[len(ids) - n_completion :]
-    return ids, labels
+    """Token ids and labels of one demonstration: ``prompt`` + ``completion`` as the next assistant turn.
+
+    Labels are -100 except on assistant text, each turn with its ``<|im_end|>``: the completion
+    and every earlier assistant message of a multi-turn ``prompt``. So a whole demonstrated
+    episode trains every one of its turns in one sequence (a single-turn prompt has no
+    assistant message and only the completion is trained). Cut to the last ``max_len`` tokens.
+    """
+    messages = [*prompt, {"role": "assistant", "content": completion}]
+    text = tok.apply_chat_template(messages, tokenize=False).removesuffix("\n")
+    spans = []  # character spans of assistant text + "<|im_end|>"
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            start = len(tok.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True))
+            if text[start : start + len(message["content"])] != message["content"]:
+                raise ValueError("chat template does not render assistant turns verbatim")
+            spans.append((start, start + len(message["content"]) + len("<|im_end|>")))
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = list(enc["input_ids"])
+    labels = [
+        token if any(s <= a and b <= e for s, e in spans) else -100
+        for token, (a, b) in zip(ids, enc["offset_mapping"], strict=True)
+    ]
+    return ids[-max_len:], labels[-max_len:]
 
 
 def sft_warm_start(

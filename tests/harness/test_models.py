@@ -131,3 +131,27 @@ def test_round_trip_check_rejects_a_loader_that_cuts_differently(tmp_path, micro
     loaded = load_tokenizer(str(tmp_path))
     with pytest.raises(RuntimeError, match="cuts text differently"):
         check_tokenizer_round_trip(gpt2_style, loaded, ["amount 1931"])
+
+
+def test_demo_labels_cover_every_assistant_turn(micro_model_dir):
+    from harness.models import _encode_demo
+
+    tok = load_tokenizer(str(micro_model_dir))
+    user = [{"role": "user", "content": "add 1 2"}]
+    call, answer = "call add(1, 2)", "it is 3"
+
+    def trained(ids, labels):
+        return tok.decode([t for t, lab in zip(ids, labels, strict=True) if lab != -100])
+
+    # Single turn: the prompt exactly as generation sees it, then the completion and <|im_end|>.
+    ids, labels = _encode_demo(tok, user, answer, 1024)
+    prompt_ids = tok(
+        tok.apply_chat_template(user, add_generation_prompt=True, tokenize=False), add_special_tokens=False
+    )["input_ids"]
+    assert ids[: len(prompt_ids)] == prompt_ids and set(labels[: len(prompt_ids)]) == {-100}
+    assert trained(ids, labels) == f"{answer}<|im_end|>"
+    # Multi-turn: the earlier assistant turn is trained too; the tool result and markup are not.
+    episode = [*user, {"role": "assistant", "content": call}, {"role": "tool", "content": "3"}]
+    ids, labels = _encode_demo(tok, episode, answer, 1024)
+    assert trained(ids, labels) == f"{call}<|im_end|>{answer}<|im_end|>"
+    assert (ids[-6:], labels[-6:]) == _encode_demo(tok, episode, answer, 6)  # cut from the left
