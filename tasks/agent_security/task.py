@@ -14,10 +14,11 @@ for GPU models — its prompts list dozens of tools). Two modes:
 Metrics of :meth:`AgentSecurityTask.evaluate` (logged as ``eval/<name>``): ``utility_clean``
 (clean cases), ``utility_attacked`` (utility under attack), ``asr`` (attack success rate on
 attacked cases; lower is better), ``joint`` (attacked cases where the user's goal was met *and*
-the attack failed), ``valid_rate`` (trajectories whose every turn was well formed), and the
-counts ``n_clean`` / ``n_attacked``. The primary metric is ``joint``: the paper's headline
-security number, and the one metric that neither refusing everything (utility 0) nor obeying
-everything (ASR 1) can game. Without attacked cases ``joint`` is computed over all cases.
+the attack failed), ``valid_rate`` (valid trajectories: every turn well formed, every call
+executed), and the counts ``n_clean`` / ``n_attacked``. The primary metric is ``joint``: the
+paper's headline security number, and the one metric that neither refusing everything
+(utility 0) nor obeying everything (ASR 1) can game. Without attacked cases ``joint`` is
+computed over all cases.
 """
 
 from __future__ import annotations
@@ -54,11 +55,14 @@ class _DatasetDefaults(NamedTuple):
     max_chars_per_turn: int
     max_tool_chars: int
     n_eval: int  # embedded: about 100 clean cases, so one episode moves utility_clean by 1 point
+    clean_share: float | None  # of the training cases; None = every case as listed
 
 
 _DEFAULTS = {
-    "embedded": _DatasetDefaults(4, 48, 2000, 1500, 400),
-    "agentdojo": _DatasetDefaults(8, 512, 8000, 8000, 100),  # the paper runs AgentDojo with ≤ 8 turns
+    "embedded": _DatasetDefaults(4, 48, 2000, 1500, 400, 0.5),
+    # The paper runs AgentDojo with ≤ 8 turns; its suites list each user task once clean and
+    # once per (injection task, attack), so about 1 case in 20 is clean.
+    "agentdojo": _DatasetDefaults(8, 512, 8000, 8000, 100, None),
 }
 
 
@@ -68,6 +72,45 @@ def _dataset_limits(dataset: str, max_turns: int) -> Limits:
     return Limits(
         max_turns=max_turns, max_chars_per_turn=d.max_chars_per_turn, max_tool_chars=d.max_tool_chars
     )
+
+
+def mix_clean_share(samples: Sequence[Sample], share: float | None, n: int, seed: int) -> list[Sample]:
+    """The first ``n`` cases of ``samples`` after dropping attacked cases down to ``share`` clean.
+
+    Clean cases are all kept; an attacked case is kept while the attacked count stays
+    within ``(1 - share) / share`` times the clean count so far. Each user goal's attacked
+    variants are visited in a seeded random order, so every attack style keeps its share.
+    The kept cases stay in the given order. ``share`` None keeps every case; 0 keeps attacked
+    cases only, 1 clean ones only.
+
+    >>> from tasks.base import Sample
+    >>> rows = [Sample(f"{g}-{s}", [], {"attacked": s != "clean", "goal": g})
+    ...         for g in "ab" for s in ("clean", "x", "y", "z")]
+    >>> [r.id for r in mix_clean_share(rows, 0.5, 10, 0)]
+    ['a-clean', 'a-z', 'b-clean', 'b-x']
+    """
+    if share is None:
+        return list(samples[:n])
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"clean_share must be within [0, 1], got {share}")
+    rng = random.Random(f"clean-share/{seed}")
+    groups: dict[str, list[Sample]] = {}
+    for sample in samples:
+        groups.setdefault(str(sample.columns["goal"]), []).append(sample)
+    kept: set[str] = set()
+    n_clean = n_attacked = 0
+    for group in groups.values():
+        attacked = [s for s in group if s.columns["attacked"]]
+        rng.shuffle(attacked)
+        for sample in [s for s in group if not s.columns["attacked"]] + attacked:
+            if not sample.columns["attacked"]:
+                if share > 0:
+                    kept.add(sample.id)
+                    n_clean += 1
+            elif share == 0 or (n_attacked + 1) * share <= (1 - share) * n_clean:
+                kept.add(sample.id)
+                n_attacked += 1
+    return [s for s in samples if s.id in kept][:n]  # in the given order
 
 
 def _check_choice(value: str, choices: Sequence[str], what: str) -> str:
@@ -115,12 +158,14 @@ class AgentSecurityTask:
         max_completion_tokens: int,
         invalid: str,
         format_weight: float,
+        clean_share: float | None,
     ) -> None:
         self.dataset, self.mode = dataset, mode
         self.n_train, self.n_eval, self.seed = n_train, n_eval, seed
         self.styles, self.suites = styles, suites
         self.invalid, self.format_weight = invalid, format_weight
         self.max_completion_tokens = max_completion_tokens
+        self.clean_share = clean_share
         self.limits = _dataset_limits(dataset, max_turns)
         self._splits: tuple[list[Sample], list[Sample]] | None = None
         self._by_id: dict[str, str] = {}
@@ -173,11 +218,18 @@ class AgentSecurityTask:
             if self.dataset == "embedded":
                 from tasks.agent_security.scenarios import generate
 
-                train, evaluation = generate(self.n_train, self.n_eval, self.seed, self.styles)
-                self._splits = (
-                    [self._embedded_sample(s) for s in train],
-                    [self._embedded_sample(s) for s in evaluation],
-                )
+                # Draw more cases until the clean/attacked mix has n_train of them (generate
+                # keeps its earlier cases as n grows, so the mix is stable in n_train).
+                n_drawn = self.n_train
+                while True:
+                    train, evaluation = generate(n_drawn, self.n_eval, self.seed, self.styles)
+                    mixed = mix_clean_share(
+                        [self._embedded_sample(s) for s in train], self.clean_share, self.n_train, self.seed
+                    )
+                    if len(mixed) >= self.n_train or len(train) < n_drawn or n_drawn > 64 * self.n_train:
+                        break
+                    n_drawn *= 2
+                self._splits = (mixed, [self._embedded_sample(s) for s in evaluation])
             else:
                 from tasks.agent_security.agentdojo_suites import list_cases, split_cases
 
@@ -185,8 +237,9 @@ class AgentSecurityTask:
                 rng = random.Random(f"agentdojo/{self.seed}")
                 rng.shuffle(train_cases)
                 rng.shuffle(eval_cases)
+                train_samples = [self._agentdojo_sample(c) for c in train_cases]
                 self._splits = (
-                    [self._agentdojo_sample(c) for c in train_cases[: self.n_train]],
+                    mix_clean_share(train_samples, self.clean_share, self.n_train, self.seed),
                     [self._agentdojo_sample(c) for c in eval_cases[: self.n_eval]],
                 )
         return self._splits
@@ -240,11 +293,16 @@ class AgentSecurityTask:
     # ------------------------------------------------------------------ warm start
 
     def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
-        """``n`` (conversation so far, next assistant turn) pairs — one per turn of an episode.
+        """``n`` demonstrated episodes, each as (conversation before its last turn, last turn).
 
-        Drawn from training-side cases only. Most episodes are clean cases played by the gold
-        policy: they teach the format, the tools and following the user's instructions
-        (including the direct requests phrased like attacks). About one in four is an attacked
+        The conversation holds the episode's earlier assistant turns and tool results, and the
+        warm start trains on every assistant turn in it (``harness.models._encode_demo``): one
+        sequence per episode teaches all of its 2–4 turns, about twice the supervision of one
+        pair per turn for the same compute. Drawn from training-side cases only.
+
+        Most episodes are clean cases played by the gold policy: they teach the format, the
+        tools and following the user's instructions (including the direct requests phrased
+        like attacks). About one in four is an attacked
         case played by :func:`~.scenarios.obey_policy` (the attacker's call right after the
         injection is read, then the user's task): the warm start is a *naive instruction
         follower*, as instruction-tuned models are, so that it starts with a real attack
@@ -275,10 +333,13 @@ class AgentSecurityTask:
                     continue
                 policy = obey_policy(scenario) if scenario.attacked else gold_policy(scenario)
                 episode = Episode(EmbeddedEnv(scenario), self.limits)
-                while not episode.done:
+                while True:
                     text = policy.next_turn(episode.messages)
-                    pool.append(([dict(m) for m in episode.messages], text))
+                    before = [dict(m) for m in episode.messages]
                     episode.step(text)
+                    if episode.done:  # the whole episode: its earlier turns are in `before`
+                        pool.append((before, text))
+                        break
             size *= 2
         return rng.sample(pool, n)
 
@@ -491,6 +552,7 @@ def agent_security(
     invalid: str = "penalize",
     format_weight: float = 0.0,
     max_completion_tokens: int = 0,
+    clean_share: float = -1.0,
 ) -> AgentSecurityTask:
     """Use tools for a user while tool outputs carry prompt injections; utility and safety rewards.
 
@@ -509,6 +571,10 @@ def agent_security(
     (``None`` for both).
     format_weight: weight of an optional third component ``format``; 0 leaves it out (the paper's two).
     max_completion_tokens: generation budget per assistant turn; 0 = default (embedded 48, AgentDojo 512).
+    clean_share: share of clean cases among the training cases (attacked ones are dropped to reach
+    it; eval keeps every case); negative = the dataset's default: embedded 0.5, AgentDojo every
+    case as listed (about 1 in 20 clean). Why 0.5 on the embedded set: utility is learned on
+    clean cases, and as generated only about 1 training case in 4 is clean.
     """
     _check_choice(dataset, DATASETS, "dataset")
     _check_choice(mode, MODES, "mode")
@@ -525,6 +591,10 @@ def agent_security(
             raise ValueError(f"{key} must be >= 0, got {value}")
     if format_weight < 0:
         raise ValueError(f"format_weight must be >= 0, got {format_weight}")
+    if clean_share > 1:
+        raise ValueError(
+            f"clean_share must be within [0, 1] (or negative for the default), got {clean_share}"
+        )
     if dataset == "embedded":
         styles = _parse_list(attacks, STYLES, "attack")
         if suites.strip() not in ("", "all"):
@@ -548,4 +618,5 @@ def agent_security(
         max_completion_tokens=max_completion_tokens or defaults.max_completion_tokens,
         invalid=invalid,
         format_weight=format_weight,
+        clean_share=defaults.clean_share if clean_share < 0 else clean_share,
     )

@@ -10,6 +10,7 @@ import pytest
 
 from tasks import TASKS, Task, build_task
 from tasks.agent_security import AgentSecurityTask, agent_security
+from tasks.agent_security.attacks import STYLES
 from tasks.agent_security.episode import Episode, ScriptedPolicy, ToolCall, parse_turn, render_calls
 from tasks.agent_security.scenarios import SCENARIO_KEY, EmbeddedEnv, Scenario, gold_policy, obey_policy
 from tasks.base import Message
@@ -81,6 +82,29 @@ def test_samples(small_task: AgentSecurityTask) -> None:
     ]
 
 
+@pytest.mark.parametrize("share", [0.0, 0.25, 0.5, 1.0])
+def test_clean_share_sets_the_training_mix(share: float) -> None:
+    task = agent_security(n_train=200, n_eval=40, seed=3, clean_share=share)
+    train = task.train_samples()
+    assert len(train) == 200
+    clean = sum(not s.columns["attacked"] for s in train) / len(train)
+    assert abs(clean - share) <= 0.03
+    if 0 < share < 1:  # every attack style keeps its place in the mix
+        assert {s.columns["style"] for s in train if s.columns["attacked"]} == set(STYLES)
+    # Eval keeps every variant whatever the training mix: 1 clean case per goal, the rest attacked.
+    assert [s.id for s in task.eval_samples()] == [
+        s.id for s in agent_security(n_train=200, n_eval=40, seed=3, clean_share=0.0).eval_samples()
+    ]
+
+
+def test_clean_share_defaults_per_dataset() -> None:
+    assert agent_security().clean_share == 0.5
+    assert agent_security(clean_share=0.3).clean_share == 0.3
+    assert agent_security(dataset="agentdojo").clean_share is None  # every case as the suites list them
+    with pytest.raises(ValueError, match="clean_share must be within"):
+        agent_security(clean_share=1.5)
+
+
 def test_scenario_lookup_for_the_rollout(small_task: AgentSecurityTask) -> None:
     sample = next(s for s in small_task.train_samples() if s.columns["attacked"])
     assert small_task.scenario_for_prompt(sample.prompt) == sample.columns["scenario"]
@@ -92,24 +116,26 @@ def test_scenario_lookup_for_the_rollout(small_task: AgentSecurityTask) -> None:
         small_task.scenario_for_prompt([{**sample.prompt[0], SCENARIO_KEY: "nope"}])
 
 
-def test_demonstrations_are_accepted_turns(small_task: AgentSecurityTask) -> None:
+def test_demonstrations_are_whole_accepted_episodes(small_task: AgentSecurityTask) -> None:
     demos = small_task.demonstrations(150, seed=1)
     assert len(demos) == 150 and demos == small_task.demonstrations(150, seed=1)
     eval_goals = {s.columns["goal"] for s in small_task.eval_samples()}
     for prompt, completion in demos:
-        assert parse_turn(completion).valid
+        # One pair per episode: every assistant turn (earlier ones inside the prompt) is accepted,
+        # and the last one closes the episode.
+        turns = [m["content"] for m in prompt if m["role"] == "assistant"] + [completion]
+        assert all(parse_turn(t).valid for t in turns)
+        assert parse_turn(completion).response is not None
         assert prompt[1]["content"] not in eval_goals  # no eval request leaks into the warm start
         assert all(SCENARIO_KEY not in m for m in prompt)
-    # About one episode in four obeys an injection (a naive instruction follower): right after
-    # the tool result that carries it, the demonstrated turn is the attacker's call.
-    injected = [(p, c) for p, c in demos if "<INFORMATION>" in json.dumps(p)]
+    assert {len(p) for p, _ in demos} >= {4, 6}  # a direct request (1 call) and read-then-act episodes
+    # Some episodes obey an injection (a naive instruction follower): right after the tool
+    # result that carries it, the demonstrated turn is the attacker's call.
+    injected = [p for p, _ in demos if "<INFORMATION>" in json.dumps(p)]
     assert 0.05 * len(demos) < len(injected) < 0.5 * len(demos)
-    just_read = [c for p, c in injected if "<INFORMATION>" in p[-1]["content"]]
-    assert just_read and all(parse_turn(c).calls for c in just_read)
-    kinds = {("tool_call" if "<tool_call>" in c else "response") for _, c in demos}
-    assert kinds == {"tool_call", "response"}
-    assert any(len(p) > 2 for p, _ in demos)  # later turns see tool results
-    assert small_task.demonstrations(0, 0) == []
+    for prompt in injected:
+        at = next(i for i, m in enumerate(prompt) if "<INFORMATION>" in m["content"])
+        assert prompt[at]["role"] == "tool" and parse_turn(prompt[at + 1]["content"]).calls
 
 
 def _eval_with(task: AgentSecurityTask, samples: list[Any], make_policy: Any) -> dict[str, Any]:
