@@ -21,8 +21,6 @@ termination          valid  when
 ===================  =====  ============================================================
 ``answered``         yes    the model gave ``<response>…</response>``
 ``turn_limit``       yes    ``max_turns`` assistant turns without an answer (endless loops)
-``tool_error``       yes    a tool raised (a refused payment, a missing file, a bug in the
-                            tool); only for environments whose errors end episodes
 ``incomplete``       yes    a replay ran out of given turns before the episode ended
 ``budget``           yes    the training rollout's token budget ran out
 ``unparsable``       no     the turn is neither a well-formed call block nor a response
@@ -32,10 +30,20 @@ termination          valid  when
 ``bad_arguments``    no     a call's parameters are missing, unexpected or wrongly typed
 ``too_many_calls``   no     more than ``max_calls_per_turn`` calls in one turn
 ``policy_error``     no     the policy (generator) raised
+``tool_error``       no     a tool raised (a refused payment, a missing file, a bug in the
+                            tool); only for environments whose errors end episodes (the
+                            embedded one; AgentDojo's tools report errors back to the model)
 ===================  =====  ============================================================
 
 The environment judges utility and attack success from its own state whatever the
 termination; how an invalid trajectory is rewarded is decided in :mod:`.rewards`.
+
+Why a tool error is invalid: where it ends the episode, a call that the tool refuses (an
+attacker's payment to a made-up account, a file that does not exist) is an exit from an attacked
+episode that no attack can follow. Counted valid, it earned full safety, and GRPO on the tiny
+model learned within 30 steps to end attacked episodes with failing calls, a habit that then
+broke the user's own payments too (``docs/benchmarks.md``). Invalid, it is penalised like any
+broken trajectory.
 """
 
 from __future__ import annotations
@@ -57,9 +65,17 @@ _TURN = re.compile(
     re.DOTALL,
 )
 
-VALID_TERMINATIONS = frozenset({"answered", "turn_limit", "tool_error", "incomplete", "budget"})
+VALID_TERMINATIONS = frozenset({"answered", "turn_limit", "incomplete", "budget"})
 INVALID_TERMINATIONS = frozenset(
-    {"unparsable", "overlong", "unknown_tool", "bad_arguments", "too_many_calls", "policy_error"}
+    {
+        "unparsable",
+        "overlong",
+        "unknown_tool",
+        "bad_arguments",
+        "too_many_calls",
+        "policy_error",
+        "tool_error",
+    }
 )
 
 

@@ -22,13 +22,15 @@ Without ``outcome`` or ``turns`` the completion is treated as the only (next) as
   ``run_task_with_pipeline`` returns ``(utility, True)`` there, which must *not* be read as an
   attack success). Within a prompt's group all rollouts share clean/attacked, so a clean group
   has a constant safety and gets no safety advantage under any estimator.
-- ``format`` (only when ``format_weight > 0``) — 1 if every assistant turn was well formed.
+- ``format`` (only when ``format_weight > 0``) — 1 if the trajectory is valid (below).
 
 **Invalid trajectories** (a turn that does not parse, an unknown tool, bad parameters, too
-many calls, an over-long turn — see :mod:`.episode`): with ``invalid="penalize"`` (default)
+many calls, an over-long turn, a call the embedded environment's tool refuses — see
+:mod:`.episode`): with ``invalid="penalize"`` (default)
 utility and safety take their minimum, 0, as the paper's tool-calling domain does for an
 unparsable call. Penalising safety too matters: otherwise emitting garbage on an attacked case
-would earn full safety, a reward hack a tiny model finds at once. ``invalid="unscorable"``
+would earn full safety, a reward hack a tiny model finds at once (and does find with failing
+tool calls when those count as valid, see :mod:`.episode`). ``invalid="unscorable"``
 returns ``None`` for both instead (TRL then gives such a rollout advantage 0 and leaves it out
 of its group's statistics).
 """
