@@ -136,7 +136,8 @@ class AgentSecurityTask:
     """The built task (see the module docstring); create it with :func:`agent_security`."""
 
     name = "agent-security"
-    version = "2"  # 2: single-token accounts, round amounts, obeying warm-start demos
+    version = "3"  # 2: single-token accounts, round amounts, obeying demos; 3: episode demos,
+    # clean_share 0.5, tool errors invalid
     primary_metric = "joint"
     lower_is_better = frozenset({"asr"})
     demos_keep_final_line = True
@@ -190,15 +191,29 @@ class AgentSecurityTask:
             prefix,
             scenario.goal_key,
             scenario.attack["style"] if scenario.attack else "clean",
+            scenario.template,
         )
 
     def _agentdojo_sample(self, case: Any) -> Sample:
         return self._sample(
-            case.id, case.to_json(), case.initial_messages(), [], case.goal_key, case.attack or "clean"
+            case.id,
+            case.to_json(),
+            case.initial_messages(),
+            [],
+            case.goal_key,
+            case.attack or "clean",
+            case.goal_key,  # each AgentDojo user task is its own kind of goal
         )
 
     def _sample(
-        self, sid: str, spec: str, prompt: list[Message], prefix: list[str], goal: str, style: str
+        self,
+        sid: str,
+        spec: str,
+        prompt: list[Message],
+        prefix: list[str],
+        goal: str,
+        style: str,
+        template: str,
     ) -> Sample:
         prompt = [dict(m) for m in prompt]
         prompt[0][SCENARIO_KEY] = sid  # read by the training rollout (see rollout.py)
@@ -208,6 +223,7 @@ class AgentSecurityTask:
             "scenario": spec,
             "prefix": json.dumps(prefix),
             "goal": goal,
+            "template": template,
             "style": style,
             "attacked": style != "clean",
         }
@@ -509,6 +525,7 @@ def summarize(
             {
                 "id": sample.id,
                 "goal": sample.columns.get("goal"),
+                "template": sample.columns.get("template"),
                 "style": sample.columns.get("style"),
                 "attacked": bool(sample.columns.get("attacked")),
                 "termination": outcome["termination"],
