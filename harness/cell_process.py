@@ -22,6 +22,18 @@ from pathlib import Path
 from typing import Any
 
 
+def _interrupt_once(signum: int, frame: Any) -> None:
+    """SIGINT handler: raise KeyboardInterrupt once, then ignore SIGINT.
+
+    A worker often gets two: the parent-death signal and the parent watcher below both send
+    one, and a Ctrl-C reaches the sweep's whole process group while the sweep also signals its
+    workers. A second KeyboardInterrupt would land inside the handler that ends the run KILLED
+    and leave it RUNNING in the store.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Deliver SIGINT to this process when ``parent_pid`` exits."""
     if sys.platform.startswith("linux"):
@@ -100,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGINT is how a sweep stops its workers (explicitly, and as the parent-death signal). A
     # sweep started in the background inherits SIGINT ignored and passes that on; without this,
     # a worker would outlive a killed sweep and finish its cell a second time after a resume.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _interrupt_once)
     if payload.get("parent_pid"):
         _die_with_parent(int(payload["parent_pid"]))
     result_path = Path(payload["result"]) if payload.get("result") else None

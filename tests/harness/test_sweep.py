@@ -422,6 +422,43 @@ def test_sigkill_mid_cell_then_rerun_finishes_each_cell_exactly_once(store: str)
     assert "marked 2 stale RUNNING run(s) KILLED" in done.stdout  # the child and the parent
 
 
+def test_worker_hit_by_two_sigints_still_ends_its_run_killed(store: str, tmp_path: Path) -> None:
+    # A worker often gets SIGINT twice (the parent-death signal and the parent watcher; a
+    # Ctrl-C to the process group and the sweep's own signal). The second must not interrupt
+    # the handler that ends the run KILLED.
+    import json
+
+    from harness.sweep import CellContext, cell_payload
+
+    client = MlflowClient(tracking_uri=store)
+    client.create_experiment("twice")
+    cell = Cell(fake_resolve_spec("grpo", "tool-calling", "tiny", 0))
+    ctx = CellContext(store, "twice", None, "twice", fake_cell, tmp_path)
+    payload = cell_payload(cell, ctx, "harness.fakes:fake_cell", 1, tmp_path / "result.json")
+    payload["parent_pid"] = None  # no parent watcher: this test sends the signals itself
+    (tmp_path / "payload.json").write_text(json.dumps(payload))
+    env = {**os.environ, "MRBENCH_FAKE_CELL_SECONDS": "20"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cell_process", str(tmp_path / "payload.json")],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=default_sigint,
+    )
+    try:
+        wait_for(store, "twice", lambda s: any("RUNNING" in v for v in s.values()))
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert [s for v in child_statuses(store, "twice").values() for s in v] == ["KILLED"]
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "KILLED"
+
+
 def test_sigint_exits_130_with_the_run_marked_killed(store: str) -> None:
     env = {**os.environ, "MRBENCH_FAKE_CELL_SECONDS": "5"}
     proc = subprocess.Popen(
