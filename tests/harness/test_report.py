@@ -155,8 +155,11 @@ def log_run(
     params: dict[str, str] | None = None,
     task: str = "attacks",
     primary: str = "asr",
+    components: str = "safety",
+    curves: dict[str, list[float]] | None = None,
 ) -> str:
-    """A minimal cell run: tags, eval before/after of a lower-is-better primary metric, no curves."""
+    """A minimal cell run: tags, eval before/after of a lower-is-better primary metric, and
+    training curves only if ``curves`` (metric key → value per step) is given."""
     tags = {
         "mrbench.method": method,
         "mrbench.task": task,
@@ -166,7 +169,7 @@ def log_run(
         "mrbench.git_sha": "abc",
         "mrbench.primary_metric": primary,
         "mrbench.lower_is_better": "asr",
-        "mrbench.reward_components": "safety",
+        "mrbench.reward_components": components,
     }
     run_id = client.create_run(experiment_id, tags=tags).info.run_id
     now = int(time.time() * 1000)
@@ -176,6 +179,11 @@ def log_run(
             Metric(f"eval_before/{primary}", before, now, 0),
             Metric(f"eval/{primary}", before, now, 0),
             Metric(f"eval/{primary}", after, now + 1, 10),
+            *[
+                Metric(k, v, now, step)
+                for k, values in (curves or {}).items()
+                for step, v in enumerate(values)
+            ],
         ],
         params=[Param(f"method.{k}", v) for k, v in (params or {}).items()],
     )
@@ -200,6 +208,33 @@ def test_lower_is_better_primary_metric_decides_winner_and_improvement(store: St
     assert "`gdpo|attacks|tiny|s0`: asr 0.600 → 0.700; no training reward was logged" in text
     assert "No learning curves were logged for this cell." in text
     assert "`attacks` has fewer than two reward components: no Pareto plot." in text
+
+
+def test_not_improved_runs_show_each_component_moving(store: Store, tmp_path: Path) -> None:
+    # The summed reward falls while utility rises: the report must say both.
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment_id = ensure_experiment("components", store.uri)
+    # 40 steps: the report averages 10 at each end (10 % would be 4, below its minimum window).
+    curves = {
+        "reward": [1.0] * 20 + [0.8] * 20,
+        "rewards/utility/mean": [0.1] * 20 + [0.3] * 20,
+        "rewards/safety/mean": [0.9] * 20 + [0.5] * 20,
+    }
+    log_run(
+        client,
+        experiment_id,
+        method="grpo",
+        seed=0,
+        before=0.1,
+        after=0.2,
+        components="utility,safety",
+        curves=curves,
+    )
+    text = build_report("components", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
+    assert (
+        "`grpo|attacks|tiny|s0`: asr 0.100 → 0.200; the training reward did not rise (1.000 → 0.800); "
+        "per component: utility 0.100 → 0.300 (rose), safety 0.900 → 0.500 (fell)"
+    ) in text
 
 
 def test_winner_is_named_only_when_intervals_separate(store: Store, tmp_path: Path) -> None:
