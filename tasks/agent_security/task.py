@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from tasks.agent_security.attacks import STYLES
 from tasks.agent_security.episode import Environment, Episode, EpisodeResult, Limits, drive
@@ -40,6 +40,7 @@ from tasks.agent_security.rewards import (
 from tasks.agent_security.scenarios import SCENARIO_KEY
 from tasks.base import EvalResult, Generator, Message, RewardComponent, Sample
 
+T = TypeVar("T")
 DATASETS = ("embedded", "agentdojo")
 MODES = ("multi-turn", "single-turn")
 OBEY_SHARE_OF_ATTACKED = 0.125
@@ -74,43 +75,44 @@ def _dataset_limits(dataset: str, max_turns: int) -> Limits:
     )
 
 
-def mix_clean_share(samples: Sequence[Sample], share: float | None, n: int, seed: int) -> list[Sample]:
-    """The first ``n`` cases of ``samples`` after dropping attacked cases down to ``share`` clean.
+def mix_clean_share(
+    cases: Sequence[T], attacked: Sequence[bool], goals: Sequence[str], share: float | None, n: int, seed: int
+) -> list[T]:
+    """The first ``n`` of ``cases`` after dropping attacked ones down to a ``share`` of clean cases.
 
-    Clean cases are all kept; an attacked case is kept while the attacked count stays
-    within ``(1 - share) / share`` times the clean count so far. Each user goal's attacked
-    variants are visited in a seeded random order, so every attack style keeps its share.
-    The kept cases stay in the given order. ``share`` None keeps every case; 0 keeps attacked
-    cases only, 1 clean ones only.
+    ``attacked[i]`` and ``goals[i]`` (the user request) describe ``cases[i]``. Clean cases are
+    all kept; an attacked case is kept while the attacked count stays within
+    ``(1 - share) / share`` times the clean count so far. Each user goal's attacked variants are
+    visited in a seeded random order, so every attack style keeps its share. The kept cases stay
+    in the given order. ``share`` None keeps every case; 0 keeps attacked cases only, 1 clean
+    ones only.
 
-    >>> from tasks.base import Sample
-    >>> rows = [Sample(f"{g}-{s}", [], {"attacked": s != "clean", "goal": g})
-    ...         for g in "ab" for s in ("clean", "x", "y", "z")]
-    >>> [r.id for r in mix_clean_share(rows, 0.5, 10, 0)]
+    >>> cases = [f"{g}-{s}" for g in "ab" for s in ("clean", "x", "y", "z")]
+    >>> mix_clean_share(cases, [not c.endswith("clean") for c in cases], [c[0] for c in cases], 0.5, 10, 0)
     ['a-clean', 'a-z', 'b-clean', 'b-x']
     """
     if share is None:
-        return list(samples[:n])
+        return list(cases[:n])
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"clean_share must be within [0, 1], got {share}")
     rng = random.Random(f"clean-share/{seed}")
-    groups: dict[str, list[Sample]] = {}
-    for sample in samples:
-        groups.setdefault(str(sample.columns["goal"]), []).append(sample)
-    kept: set[str] = set()
+    by_goal: dict[str, list[int]] = {}
+    for i, goal in enumerate(goals):
+        by_goal.setdefault(goal, []).append(i)
+    kept: set[int] = set()
     n_clean = n_attacked = 0
-    for group in groups.values():
-        attacked = [s for s in group if s.columns["attacked"]]
-        rng.shuffle(attacked)
-        for sample in [s for s in group if not s.columns["attacked"]] + attacked:
-            if not sample.columns["attacked"]:
-                if share > 0:
-                    kept.add(sample.id)
-                    n_clean += 1
-            elif share == 0 or (n_attacked + 1) * share <= (1 - share) * n_clean:
-                kept.add(sample.id)
+    for indices in by_goal.values():
+        hit = [i for i in indices if attacked[i]]
+        rng.shuffle(hit)
+        if share > 0:
+            clean = [i for i in indices if not attacked[i]]
+            kept.update(clean)
+            n_clean += len(clean)
+        for i in hit:
+            if share == 0 or (n_attacked + 1) * share <= (1 - share) * n_clean:
+                kept.add(i)
                 n_attacked += 1
-    return [s for s in samples if s.id in kept][:n]  # in the given order
+    return [case for i, case in enumerate(cases) if i in kept][:n]
 
 
 def _check_choice(value: str, choices: Sequence[str], what: str) -> str:
@@ -238,14 +240,22 @@ class AgentSecurityTask:
                 # keeps its earlier cases as n grows, so the mix is stable in n_train).
                 n_drawn = self.n_train
                 while True:
-                    train, evaluation = generate(n_drawn, self.n_eval, self.seed, self.styles)
-                    mixed = mix_clean_share(
-                        [self._embedded_sample(s) for s in train], self.clean_share, self.n_train, self.seed
+                    drawn, evaluation = generate(n_drawn, self.n_eval, self.seed, self.styles)
+                    train = mix_clean_share(
+                        drawn,
+                        [sc.attacked for sc in drawn],
+                        [sc.goal_key for sc in drawn],
+                        self.clean_share,
+                        self.n_train,
+                        self.seed,
                     )
-                    if len(mixed) >= self.n_train or len(train) < n_drawn or n_drawn > 64 * self.n_train:
+                    if len(train) >= self.n_train or len(drawn) < n_drawn or n_drawn > 64 * self.n_train:
                         break
                     n_drawn *= 2
-                self._splits = (mixed, [self._embedded_sample(s) for s in evaluation])
+                self._splits = (
+                    [self._embedded_sample(s) for s in train],
+                    [self._embedded_sample(s) for s in evaluation],
+                )
             else:
                 from tasks.agent_security.agentdojo_suites import list_cases, split_cases
 
@@ -253,9 +263,16 @@ class AgentSecurityTask:
                 rng = random.Random(f"agentdojo/{self.seed}")
                 rng.shuffle(train_cases)
                 rng.shuffle(eval_cases)
-                train_samples = [self._agentdojo_sample(c) for c in train_cases]
+                train_cases = mix_clean_share(
+                    train_cases,
+                    [c.attack is not None for c in train_cases],
+                    [c.goal_key for c in train_cases],
+                    self.clean_share,
+                    self.n_train,
+                    self.seed,
+                )
                 self._splits = (
-                    mix_clean_share(train_samples, self.clean_share, self.n_train, self.seed),
+                    [self._agentdojo_sample(c) for c in train_cases],
                     [self._agentdojo_sample(c) for c in eval_cases[: self.n_eval]],
                 )
         return self._splits

@@ -91,6 +91,12 @@ def test_clean_share_sets_the_training_mix(share: float) -> None:
     assert abs(clean - share) <= 0.03
     if 0 < share < 1:  # every attack style keeps its place in the mix
         assert {s.columns["style"] for s in train if s.columns["attacked"]} == set(STYLES)
+    # A dropped case is not built at all: a prompt naming it is not one of this task's.
+    other_mix = agent_security(n_train=200, n_eval=40, seed=3, clean_share=1.0 if share < 1 else 0.0)
+    built = {s.id for s in train + task.eval_samples()}
+    dropped = next(s for s in other_mix.train_samples() if s.id not in built)
+    with pytest.raises(ValueError, match="did not build"):
+        task.scenario_for_prompt(dropped.prompt)
     # Eval keeps every variant whatever the training mix: 1 clean case per goal, the rest attacked.
     assert [s.id for s in task.eval_samples()] == [
         s.id for s in agent_security(n_train=200, n_eval=40, seed=3, clean_share=0.0).eval_samples()
