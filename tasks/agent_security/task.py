@@ -608,7 +608,10 @@ def agent_security(
     clean_share: share of clean cases among the training cases (attacked ones are dropped to reach
     it; eval keeps every case); negative = the dataset's default: embedded 0.5, AgentDojo every
     case as listed (about 1 in 20 clean). Why 0.5 on the embedded set: utility is learned on
-    clean cases, and as generated only about 1 training case in 4 is clean.
+    clean cases, and as generated only about 1 training case in 4 is clean. Attacked cases are
+    only dropped, never repeated, so on the embedded set any share between 0 and the generated
+    mix (9 clean per 33 cases: three of the nine goal templates have no attacked variant) gives
+    the generated mix.
     """
     _check_choice(dataset, DATASETS, "dataset")
     _check_choice(mode, MODES, "mode")
