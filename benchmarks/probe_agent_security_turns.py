@@ -11,13 +11,14 @@ fixes that within a few steps). Utility needs every turn of an episode right, so
 - ``from tool``: the values come from a tool result read earlier in the episode;
 - ``fixed``: a closing answer that does not depend on the data ("Paid.").
 
-    python benchmarks/probe_agent_security_turns.py [--model tiny] [--train-cases 150]
+    python benchmarks/probe_agent_security_turns.py [--model tiny] [--train-cases 150] [--show 12]
     python benchmarks/probe_agent_security_turns.py --model tiny --override sft_steps=1200
 
 Prints a markdown table and the accuracy per turn kind. ``--model`` takes a tiny preset
 (built and cached if missing), a local folder or a hub id. ``--override key=value``
 (repeatable) builds a variant of the tiny preset (any ``TinyPreset`` field) in a temporary
-folder, uncached, to try warm-start recipes without touching the presets.
+folder, uncached, to try warm-start recipes without touching the presets. ``--show N`` also
+prints N wrong from-tool turns (the request, the tool result, the gold and the written turn).
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ def main() -> int:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--train-cases", type=int, default=150)
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--show", type=int, default=0, metavar="N", help="print N wrong from-tool turns")
     args = parser.parse_args()
     if args.override:
         with tempfile.TemporaryDirectory(prefix="mrbench-probe-") as tmp:
-            return probe(build_variant(args.model, args.override, Path(tmp)), args.train_cases)
+            return probe(build_variant(args.model, args.override, Path(tmp)), args.train_cases, args.show)
     from harness.errors import UserError
     from harness.models import prepare_model
 
@@ -66,7 +68,7 @@ def main() -> int:
         path = prepare_model(args.model)
     except UserError as exc:
         raise SystemExit(str(exc)) from None
-    return probe(path, args.train_cases)
+    return probe(path, args.train_cases, args.show)
 
 
 def build_variant(name: str, overrides: list[str], out: Path) -> str:
@@ -95,8 +97,8 @@ def build_variant(name: str, overrides: list[str], out: Path) -> str:
     return str(out)
 
 
-def probe(path: str, train_cases: int) -> int:
-    """Print the per-turn table for the model at ``path``."""
+def probe(path: str, train_cases: int, show: int = 0) -> int:
+    """Print the per-turn table for the model at ``path`` (and ``show`` wrong from-tool turns)."""
     from harness.generation import HFGenerator
     from harness.models import load_model, load_tokenizer
     from tasks import build_task
@@ -135,6 +137,14 @@ def probe(path: str, train_cases: int) -> int:
     print()
     for kind, hits in sorted(by_kind.items()):
         print(f"{kind}: {sum(hits) / len(hits):.2f} of {len(hits)} turns right")
+    wrong = [
+        (conversation, gold, out)
+        for (_, _, kind, conversation, gold), out in zip(pairs, outputs, strict=True)
+        if kind == "from tool" and _body(gold) != _body(out)
+    ]
+    for conversation, gold, out in wrong[:show]:
+        print(f"\nrequest: {conversation[1]['content']}\ntool:    {conversation[-1]['content']!r}")
+        print(f"gold:    {' '.join(_body(gold))}\nwritten: {' '.join(_body(out))}")
     return 0
 
 

@@ -85,7 +85,7 @@ def count_parameters(preset: TinyPreset) -> int:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     with _torch_meta():
-        model = Qwen2ForCausalLM(Qwen2Config(**_qwen2_kwargs(preset)))
+        model = Qwen2ForCausalLM(Qwen2Config(**qwen2_kwargs(preset)))
     return sum(p.numel() for p in model.parameters())
 
 
@@ -102,7 +102,8 @@ class _torch_meta:
         self._ctx.__exit__(*exc)
 
 
-def _qwen2_kwargs(preset: TinyPreset) -> dict[str, Any]:
+def qwen2_kwargs(preset: TinyPreset) -> dict[str, Any]:
+    """``Qwen2Config`` keyword arguments for ``preset``'s architecture (placeholder special-token ids)."""
     return {
         "vocab_size": preset.vocab_size,
         "hidden_size": preset.hidden_size,
@@ -395,7 +396,7 @@ def untrained_model(preset: TinyPreset, tok: Any, *, seed: int = 0) -> Any:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    kwargs = _qwen2_kwargs(preset)
+    kwargs = qwen2_kwargs(preset)
     kwargs.update(
         vocab_size=len(tok),
         bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
