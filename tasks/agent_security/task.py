@@ -138,8 +138,8 @@ class AgentSecurityTask:
     """The built task (see the module docstring); create it with :func:`agent_security`."""
 
     name = "agent-security"
-    version = "3"  # 2: single-token accounts, round amounts, obeying demos; 3: episode demos,
-    # clean_share 0.5, tool errors invalid
+    version = "4"  # 2: single-token accounts, round amounts, obeying demos; 3: episode demos,
+    # clean_share 0.5, tool errors invalid; 4: the tidy_file goal
     primary_metric = "joint"
     lower_is_better = frozenset({"asr"})
     demos_keep_final_line = True
@@ -610,7 +610,7 @@ def agent_security(
     case as listed (about 1 in 20 clean). Why 0.5 on the embedded set: utility is learned on
     clean cases, and as generated only about 1 training case in 4 is clean. Attacked cases are
     only dropped, never repeated, so on the embedded set any share between 0 and the generated
-    mix (9 clean per 33 cases: three of the nine goal templates have no attacked variant) gives
+    mix (10 clean per 38 cases: three of the ten goal templates have no attacked variant) gives
     the generated mix.
     """
     _check_choice(dataset, DATASETS, "dataset")

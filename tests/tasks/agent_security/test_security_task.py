@@ -88,10 +88,10 @@ def test_clean_share_sets_the_training_mix(share: float) -> None:
     train = task.train_samples()
     assert len(train) == 200
     clean = sum(not s.columns["attacked"] for s in train) / len(train)
-    # Of nine templates three are direct requests with no attacked variant and six have one per
-    # style (four): at most 24 attacked cases per 9 clean, so a mix with any clean case keeps at
-    # least 9 / 33 of them.
-    assert abs(clean - (max(share, 9 / 33) if share > 0 else 0.0)) <= 0.03
+    # Of ten templates three are direct requests with no attacked variant and seven have one per
+    # style (four): at most 28 attacked cases per 10 clean, so a mix with any clean case keeps at
+    # least 10 / 38 of them.
+    assert abs(clean - (max(share, 10 / 38) if share > 0 else 0.0)) <= 0.03
     if 0 < share < 1:  # every attack style keeps its place in the mix
         assert {s.columns["style"] for s in train if s.columns["attacked"]} == set(STYLES)
     # A dropped case is not built at all: a prompt naming it is not one of this task's.
