@@ -103,7 +103,12 @@ class _torch_meta:
 
 
 def qwen2_kwargs(preset: TinyPreset) -> dict[str, Any]:
-    """``Qwen2Config`` keyword arguments for ``preset``'s architecture (placeholder special-token ids)."""
+    """``Qwen2Config`` keyword arguments for ``preset``'s architecture.
+
+    The special-token ids are fixed small values, right for a model that is never decoded with a
+    tokenizer (parameter counting, the associative-recall probe); :func:`untrained_model`
+    replaces them with its tokenizer's ids.
+    """
     return {
         "vocab_size": preset.vocab_size,
         "hidden_size": preset.hidden_size,
