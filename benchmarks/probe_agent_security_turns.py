@@ -58,6 +58,8 @@ def main() -> int:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--show", type=int, default=0, metavar="N", help="print N wrong from-tool turns")
     args = parser.parse_args()
+    if args.show < 0:
+        parser.error(f"--show must be 0 or more, got {args.show}")
     if args.override:
         with tempfile.TemporaryDirectory(prefix="mrbench-probe-") as tmp:
             return probe(build_variant(args.model, args.override, Path(tmp)), args.train_cases, args.show)

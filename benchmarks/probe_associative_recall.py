@@ -70,6 +70,11 @@ def main() -> int:
 
     if args.model not in TINY_PRESETS:
         parser.error(f"unknown tiny preset {args.model!r}; choose from {', '.join(TINY_PRESETS)}")
+    for name in ("steps", "pairs", "values", "batch", "every"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.keys < args.pairs:
+        parser.error(f"--keys ({args.keys}) must be at least --pairs ({args.pairs}): keys are distinct")
     preset = TINY_PRESETS[args.model]
     if args.kv_heads is not None:
         preset = dataclasses.replace(preset, num_key_value_heads=args.kv_heads)
