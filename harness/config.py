@@ -166,11 +166,15 @@ def resolve_spec(
         raise UserError(str(exc)) from None
     # Values too (n_eval=-1, an unknown attack style): building a task only checks its settings,
     # so a bad value stops here, before any store or run is touched.
-    tasks.build_task(task, resolved_task)
+    built = tasks.build_task(task, resolved_task)
     validate_model_name(model)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserError(f"seed must be a non-negative integer, got {seed!r}")
-    settings = train if isinstance(train, TrainSettings) else TrainSettings.from_overrides(train)
+    if isinstance(train, TrainSettings):
+        settings = train
+    else:  # the task's own defaults (e.g. a smaller learning rate), then the caller's overrides
+        task_defaults = dict(getattr(built, "train_defaults", None) or {})
+        settings = TrainSettings.from_overrides({**task_defaults, **(train or {})})
     return RunSpec(
         method=methods.get_method(method).name,
         task=tasks.get_task_entry(task).name,

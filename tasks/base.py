@@ -79,7 +79,13 @@ class Generator(Protocol):
 
 @runtime_checkable
 class Task(Protocol):
-    """What the harness needs from a task."""
+    """What the harness needs from a task.
+
+    Optional attributes the harness reads when present: ``train_defaults`` (``TrainSettings``
+    overrides that suit the task on the tiny CPU models, applied before the caller's own
+    overrides; ``harness.config.resolve_spec``) and ``demos_keep_final_line``
+    (``harness.models.collect_demonstrations``).
+    """
 
     name: str
     version: str

@@ -54,3 +54,16 @@ def test_bad_input_names_the_value(kwargs, message):
 def test_train_settings_validate_directly():
     with pytest.raises(UserError, match="num_generations=1"):
         TrainSettings(num_generations=1)
+
+
+def test_task_train_defaults_come_before_the_callers_overrides():
+    """agent-security asks for a smaller learning rate; the caller's value still wins."""
+    from tasks.agent_security.task import AgentSecurityTask
+
+    wanted = AgentSecurityTask.train_defaults["learning_rate"]
+    assert wanted != TrainSettings().learning_rate
+    assert resolve_spec("grpo", "agent-security", "tiny", 0).train.learning_rate == wanted
+    default = TrainSettings().learning_rate
+    assert resolve_spec("grpo", "tool-calling", "tiny", 0).train.learning_rate == default
+    mine = resolve_spec("grpo", "agent-security", "tiny", 0, train={"learning_rate": "2e-4", "steps": 3})
+    assert (mine.train.learning_rate, mine.train.steps) == (2e-4, 3)
