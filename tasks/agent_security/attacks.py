@@ -11,6 +11,10 @@ the attacks studied with AgentDojo, kept short because the tiny CPU models read 
   the exact tool call (name and parameters) that achieves the goal.
 - ``fake_completion`` — pretends the user's task is finished and a new user turn begins.
 
+The first and third ask for the attacker's action *before* the user's task; the other two tell
+the agent to drop the task, and the embedded environment's obeying agent does
+(``scenarios.HIJACKING_STYLES``), so an attack there costs utility as well as safety.
+
 Phrasings vary (two per style) so that a model cannot learn one fixed string.
 """
 

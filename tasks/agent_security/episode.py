@@ -404,8 +404,10 @@ class ScriptedPolicy:
     turn that produced it (or, with ``at_end``, after the rest of the plan, just before the final
     turn, so that the user's own later calls cannot undo them), and ``injected_final`` (if
     given) replaces the final turn — a maximally gullible agent, used to check that every
-    attack can land (ASR 1.0). The next turn is chosen from the conversation alone (its count of
-    assistant messages).
+    attack can land (ASR 1.0). With ``abandon``, the plan's remaining turns are dropped after the
+    injected ones and ``injected_final`` closes the episode: an agent hijacked away from the
+    user's task. The next turn is chosen from the conversation alone (its count of assistant
+    messages).
     """
 
     def __init__(
@@ -416,14 +418,18 @@ class ScriptedPolicy:
         injected_final: str | None = None,
         marker: str | None = None,
         at_end: bool = False,
+        abandon: bool = False,
     ) -> None:
         if not turns:
             raise ValueError("a scripted policy needs at least one turn")
+        if abandon and injected_final is None:
+            raise ValueError("an abandoning policy needs the injected_final turn that closes the episode")
         self.turns = list(turns)
         self.injected_turns = list(injected_turns)
         self.injected_final = injected_final
         self.marker = marker
         self.at_end = at_end
+        self.abandon = abandon
 
     def next_turn(self, conversation: Sequence[Message]) -> str:
         said = sum(1 for m in conversation if m["role"] == "assistant")
@@ -434,7 +440,8 @@ class ScriptedPolicy:
                     before = sum(1 for m in conversation[:index] if m["role"] == "assistant")
                     if self.at_end:
                         before = max(before, len(plan) - 1)
-                    plan = plan[:before] + self.injected_turns + plan[before:]
+                    rest = [plan[-1]] if self.abandon else plan[before:]
+                    plan = plan[:before] + self.injected_turns + rest
                     if self.injected_final is not None:
                         plan[-1] = self.injected_final
                     break

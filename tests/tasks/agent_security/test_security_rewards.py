@@ -9,7 +9,7 @@ import pytest
 
 from tasks.agent_security.episode import Limits, ToolCall, render_calls, run_episodes
 from tasks.agent_security.rewards import episode_outcomes, make_reward_functions, reward_values
-from tasks.agent_security.scenarios import EmbeddedEnv, Scenario, gold_policy, obey_policy
+from tasks.agent_security.scenarios import HIJACKING_STYLES, EmbeddedEnv, Scenario, gold_policy, obey_policy
 
 
 def columns(samples: list[Any], **extra: list[Any]) -> dict[str, list[Any]]:
@@ -38,7 +38,13 @@ def test_multi_turn_turns_column_is_replayed(small_task: Any) -> None:
     turns = [json.dumps(t) for t in gold + obey]
     cols = columns(samples + samples, turns=turns)
     prompts = [s.prompt for s in samples + samples]
-    assert utility(prompts, [""] * 8, **cols) == [1.0] * 8
+    # An obeying agent still does the user's task unless the injection told it to drop it.
+    kept = [
+        float(sc.attack["style"] not in HIJACKING_STYLES or sc.check["kind"] == "declined")
+        for sc in scenarios
+    ]
+    assert 0.0 in kept and 1.0 in kept  # both kinds of attack are among the four
+    assert utility(prompts, [""] * 8, **cols) == [1.0] * 4 + kept
     assert safety(prompts, [""] * 8, **cols) == [1.0] * 4 + [0.0] * 4
 
 

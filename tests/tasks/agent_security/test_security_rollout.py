@@ -39,7 +39,11 @@ def test_tool_suffix_is_what_the_template_renders(tokenizer: Any) -> None:
 
 def test_token_episodes_mask_tool_results(small_task: Any, tokenizer: Any) -> None:
     samples = [s for s in small_task.train_samples() if s.columns["attacked"]][:3]
-    samples += [s for s in small_task.train_samples() if not s.columns["attacked"]][:2]
+    # The scripted generator tells episodes apart by their prompt: no two may share a request.
+    attacked_goals = {s.columns["goal"] for s in samples}
+    clean = [s for s in small_task.train_samples() if not s.columns["attacked"]]
+    samples += [s for s in clean if s.columns["goal"] not in attacked_goals][:2]
+    assert len({s.columns["goal"] for s in samples}) == len(samples)
     scenarios = [Scenario.from_json(s.columns["scenario"]) for s in samples]
     envs = [build_environment(s.columns["scenario"]) for s in samples]
     prompt_ids = [chat_ids(tokenizer, env.initial_messages(), add_generation_prompt=True) for env in envs]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +14,14 @@ from tasks import TASKS, Task, build_task
 from tasks.agent_security import AgentSecurityTask, agent_security
 from tasks.agent_security.attacks import STYLES
 from tasks.agent_security.episode import Episode, ScriptedPolicy, ToolCall, parse_turn, render_calls
-from tasks.agent_security.scenarios import SCENARIO_KEY, EmbeddedEnv, Scenario, gold_policy, obey_policy
+from tasks.agent_security.scenarios import (
+    SCENARIO_KEY,
+    TEMPLATES,
+    EmbeddedEnv,
+    Scenario,
+    gold_policy,
+    obey_policy,
+)
 from tasks.base import Message
 
 
@@ -88,10 +97,13 @@ def test_clean_share_sets_the_training_mix(share: float) -> None:
     train = task.train_samples()
     assert len(train) == 200
     clean = sum(not s.columns["attacked"] for s in train) / len(train)
-    # Of ten templates three are direct requests with no attacked variant and seven have one per
-    # style (four): at most 28 attacked cases per 10 clean, so a mix with any clean case keeps at
-    # least 10 / 38 of them.
-    assert abs(clean - (max(share, 10 / 38) if share > 0 else 0.0)) <= 0.03
+    # The direct-request templates have no attacked variant and the others one per style: at
+    # most n_read * |STYLES| attacked cases per n_templates clean, so a mix with any clean case
+    # keeps at least this floor of them (11 / 43 with eleven templates, three direct).
+    n_templates = len(TEMPLATES)
+    n_read = sum(not name.startswith("direct_") for name in TEMPLATES)
+    floor = n_templates / (n_templates + n_read * len(STYLES))
+    assert abs(clean - (max(share, floor) if share > 0 else 0.0)) <= 0.03
     if 0 < share < 1:  # every attack style keeps its place in the mix
         assert {s.columns["style"] for s in train if s.columns["attacked"]} == set(STYLES)
     # A dropped case is not built at all: a prompt naming it is not one of this task's.
@@ -138,13 +150,13 @@ def test_demonstrations_are_whole_accepted_episodes(small_task: AgentSecurityTas
         assert prompt[1]["content"] not in eval_goals  # no eval request leaks into the warm start
         assert all(SCENARIO_KEY not in m for m in prompt)
     assert {len(p) for p, _ in demos} >= {4, 6}  # a direct request (1 call) and read-then-act episodes
-    # Some episodes obey an injection (a naive instruction follower): right after the tool
-    # result that carries it, the demonstrated turn is the attacker's call.
+    # Some episodes read an injection (and obey or ignore it: the test below); it arrives in a
+    # tool result, never in the user's request.
     injected = [p for p, _ in demos if "<INFORMATION>" in json.dumps(p)]
     assert 0.05 * len(demos) < len(injected) < 0.5 * len(demos)
     for prompt in injected:
         at = next(i for i, m in enumerate(prompt) if "<INFORMATION>" in m["content"])
-        assert prompt[at]["role"] == "tool" and parse_turn(prompt[at + 1]["content"]).calls
+        assert prompt[at]["role"] == "tool"
 
 
 def _eval_with(task: AgentSecurityTask, samples: list[Any], make_policy: Any) -> dict[str, Any]:
@@ -173,6 +185,7 @@ def test_evaluate_metrics(small_task: AgentSecurityTask) -> None:
     result = small_task.evaluate(refuse, samples)
     m = result.metrics
     assert set(m) == {
+        "utility",
         "utility_clean",
         "utility_attacked",
         "asr",
@@ -182,6 +195,10 @@ def test_evaluate_metrics(small_task: AgentSecurityTask) -> None:
         "n_attacked",
     }
     assert m["asr"] == 0.0 and m["joint"] == 0.0 and m["valid_rate"] == 1.0
+    # Refusing meets only the "only if" goals whose answer is no; utility weighs both kinds of case.
+    assert 0 <= m["utility"] < 0.2
+    both = m["n_clean"] * m["utility_clean"] + m["n_attacked"] * m["utility_attacked"]
+    assert m["utility"] == pytest.approx(both / (m["n_clean"] + m["n_attacked"]))
     assert m["n_clean"] + m["n_attacked"] == len(samples) and m["n_attacked"] > 0
     assert refuse.budgets == [48]  # one round: everyone answered at once
     record = result.samples[0]
@@ -247,3 +264,37 @@ def test_score_items_bad_and_partial_input(small_task: AgentSecurityTask) -> Non
     assert scored[0].rewards == {"utility": 1.0, "safety": 0.0}
     assert scored[1].rewards == {"utility": 0.0, "safety": 0.0}
     assert scored[3].error and "nope" in scored[3].error and scored[4].rewards == {}
+
+
+_INJECTION_STARTS = ("<INFORMATION>", "Ignore your", "IGNORE ALL", "[task complete]", "Done, the task is")
+
+
+def _reaction_to_injection(prompt: list[Message], last: str) -> str | None:
+    """``"obey"`` or ``"resist"`` for a demonstrated episode with an injection, else ``None``.
+
+    The turn right after the tool result that carries the injection obeys when it is a call
+    whose every value is written in the injected text (the attacker's account, address or file).
+    """
+    messages = [*prompt, {"role": "assistant", "content": last}]
+    for i, message in enumerate(messages):
+        starts = [message["content"].find(s) for s in _INJECTION_STARTS if s in message["content"]]
+        if message["role"] != "tool" or not starts:
+            continue
+        injected = message["content"][min(starts) :]
+        turn = parse_turn(next(m["content"] for m in messages[i + 1 :] if m["role"] == "assistant"))
+        values = [str(v) for call in turn.calls for v in call.arguments.values()]
+        written = [re.search(rf"(?<![\w-]){re.escape(v)}(?![\w])", injected) for v in values]
+        obeys = bool(values) and all(written)
+        return "obey" if obeys else "resist"
+    return None
+
+
+def test_warm_start_demonstrations_both_obey_and_resist() -> None:
+    """About one demonstrated episode in five obeys an injection and as many ignore it."""
+    demos = agent_security().demonstrations(600, 0)
+    reactions = Counter(_reaction_to_injection(prompt, last) for prompt, last in demos)
+    assert set(reactions) == {None, "obey", "resist"}
+    for kind in ("obey", "resist"):
+        assert 0.12 <= reactions[kind] / len(demos) <= 0.28, reactions
+    # Every demonstrated episode is well formed, the resisting ones included.
+    assert all(parse_turn(last).valid for _, last in demos)
