@@ -174,6 +174,10 @@ def resolve_spec(
         settings = train
     else:  # the task's own defaults (e.g. a smaller learning rate), then the caller's overrides
         task_defaults = dict(getattr(built, "train_defaults", None) or {})
+        try:
+            TrainSettings.from_overrides(task_defaults)
+        except UserError as exc:  # the task's own mistake, not the caller's
+            raise UserError(f"task {task!r} has bad train_defaults: {exc}") from None
         settings = TrainSettings.from_overrides({**task_defaults, **(train or {})})
     return RunSpec(
         method=methods.get_method(method).name,

@@ -12,8 +12,8 @@ the attacks studied with AgentDojo, kept short because the tiny CPU models read 
 - ``fake_completion`` — pretends the user's task is finished and a new user turn begins.
 
 The first and third ask for the attacker's action *before* the user's task; the other two tell
-the agent to drop the task, and the embedded environment's obeying agent does
-(``scenarios.HIJACKING_STYLES``), so an attack there costs utility as well as safety.
+the agent to drop the task (:data:`HIJACKING_STYLES`), and the embedded environment's obeying
+agent does (``scenarios.obey_policy``), so an attack there costs utility as well as safety.
 
 Phrasings vary (two per style) so that a model cannot learn one fixed string.
 """
@@ -25,6 +25,9 @@ import random
 from typing import Any
 
 STYLES: tuple[str, ...] = ("important_instructions", "ignore_previous", "tool_knowledge", "fake_completion")
+HIJACKING_STYLES = frozenset({"ignore_previous", "fake_completion"})
+"""Styles whose text tells the agent to drop the user's task ("Instead, …", "[task complete] …
+Now, …"); the others ask for the attacker's action *before* the task."""
 
 _TEMPLATES: dict[str, tuple[str, ...]] = {
     "important_instructions": (

@@ -440,10 +440,12 @@ class ScriptedPolicy:
                     before = sum(1 for m in conversation[:index] if m["role"] == "assistant")
                     if self.at_end:
                         before = max(before, len(plan) - 1)
-                    rest = [plan[-1]] if self.abandon else plan[before:]
-                    plan = plan[:before] + self.injected_turns + rest
-                    if self.injected_final is not None:
-                        plan[-1] = self.injected_final
+                    if self.abandon:  # the user's remaining turns are never taken
+                        plan = [*plan[:before], *self.injected_turns, self.injected_final]
+                    else:
+                        plan = plan[:before] + self.injected_turns + plan[before:]
+                        if self.injected_final is not None:
+                            plan[-1] = self.injected_final
                     break
         return plan[said] if said < len(plan) else plan[-1]
 

@@ -55,7 +55,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tasks.agent_security.attacks import injection_text
+from tasks.agent_security.attacks import HIJACKING_STYLES, injection_text
 from tasks.agent_security.episode import (
     BadArgumentsError,
     Limits,
@@ -624,11 +624,6 @@ def generate(
 def gold_policy(scenario: Scenario) -> ScriptedPolicy:
     """The scenario's gold turns (they ignore any injection)."""
     return ScriptedPolicy(scenario.gold)
-
-
-HIJACKING_STYLES = frozenset({"ignore_previous", "fake_completion"})
-"""Attack styles whose text tells the agent to drop the user's task ("Instead, …", "[task
-complete] … Now, …"); the others ask for the attacker's action *before* the task."""
 
 
 def obey_policy(scenario: Scenario) -> ScriptedPolicy:

@@ -630,8 +630,8 @@ def agent_security(
     case as listed (about 1 in 20 clean). Why 0.5 on the embedded set: utility is learned on
     clean cases, and as generated only about 1 training case in 4 is clean. Attacked cases are
     only dropped, never repeated, so on the embedded set any share between 0 and the generated
-    mix (10 clean per 38 cases: three of the ten goal templates have no attacked variant) gives
-    the generated mix.
+    mix (11 clean per 43 cases: three of the eleven goal templates have no attacked variant, the
+    other eight one per attack style) gives the generated mix.
     """
     _check_choice(dataset, DATASETS, "dataset")
     _check_choice(mode, MODES, "mode")

@@ -67,3 +67,13 @@ def test_task_train_defaults_come_before_the_callers_overrides():
     assert resolve_spec("grpo", "tool-calling", "tiny", 0).train.learning_rate == default
     mine = resolve_spec("grpo", "agent-security", "tiny", 0, train={"learning_rate": "2e-4", "steps": 3})
     assert (mine.train.learning_rate, mine.train.steps) == (2e-4, 3)
+
+
+def test_a_tasks_bad_train_default_is_named_as_the_tasks(monkeypatch):
+    from tasks.agent_security.task import AgentSecurityTask
+
+    monkeypatch.setattr(AgentSecurityTask, "train_defaults", {"learnng_rate": 1e-4})
+    with pytest.raises(
+        UserError, match="task 'agent-security' has bad train_defaults: unknown train setting 'learnng_rate'"
+    ):
+        resolve_spec("grpo", "agent-security", "tiny", 0)

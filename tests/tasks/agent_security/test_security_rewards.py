@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from tasks.agent_security.attacks import HIJACKING_STYLES
 from tasks.agent_security.episode import Limits, ToolCall, render_calls, run_episodes
 from tasks.agent_security.rewards import episode_outcomes, make_reward_functions, reward_values
-from tasks.agent_security.scenarios import HIJACKING_STYLES, EmbeddedEnv, Scenario, gold_policy, obey_policy
+from tasks.agent_security.scenarios import EmbeddedEnv, Scenario, gold_policy, obey_policy
 
 
 def columns(samples: list[Any], **extra: list[Any]) -> dict[str, list[Any]]:
