@@ -27,8 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from methods import METHODS
-from methods.reference import REFERENCES
+from mrbench.methods import METHODS
+from mrbench.methods.reference import REFERENCES
 
 
 def _median_ms(fn: Callable[[], object], reps: int, warmup: int) -> float:

@@ -2,7 +2,7 @@
 
 Each pair runs the suite's own ``GroundTruthPipeline`` through ``run_task_with_pipeline``
 (the injected environment, the ground-truth calls, the suite's utility and injection
-checkers), as ``tasks.agent_security.agentdojo_suites.score_gold`` does. Target: ≤ 60 s wall
+checkers), as ``mrbench.tasks.agent_security.agentdojo_suites.score_gold`` does. Target: ≤ 60 s wall
 for the 949 pairs of one attack on a 2-core machine. The machine's load average is printed
 with the figure: other processes on the same cores slow it down proportionally.
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     command = "python benchmarks/bench_agentdojo.py " + " ".join(argv if argv is not None else sys.argv[1:])
     start = time.perf_counter()
-    from tasks.agent_security import agentdojo_suites as ad
+    from mrbench.tasks.agent_security import agentdojo_suites as ad
 
     ad.load_suites()
     loaded = time.perf_counter() - start

@@ -34,7 +34,7 @@ def main() -> int:
         env.pop("MLFLOW_TRACKING_URI", None)
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "harness.cli", "run", "--method", args.method, "--quiet"],
+            [sys.executable, "-m", "mrbench", "run", "--method", args.method, "--quiet"],
             env=env,
             capture_output=True,
             text=True,

@@ -4,10 +4,10 @@
     python benchmarks/bench_report.py --keep /tmp/bench-store   # reuse/keep the store between runs
 
 The store is filled with complete fake cell runs in the exact MLflow layout of a real sweep
-(:func:`harness.fakes.synthetic_sweep`: tags, params, 30 steps of per-component rewards and
+(:func:`fakes.synthetic_sweep`: tags, params, 30 steps of per-component rewards and
 advantage diagnostics, eval before/after, ``diagnostics.json``): 10 method variants × 3 tasks ×
 10 models = 300 cells, × 3 seeds = 900 runs. Building it is not timed. The timed part is the
-real command in a fresh process (``python -m harness.cli report …``), imports included.
+real command in a fresh process (``python -m mrbench.cli.app report …``), imports included.
 Exits non-zero when the target is missed.
 """
 
@@ -61,7 +61,7 @@ def build_store(folder: Path, steps: int) -> str:
         print(f"reusing the synthetic store in {folder}")
         return uri
     os.environ["MRBENCH_RESULTS"] = str(folder)  # artifacts of the fake runs go under the store folder
-    from harness.fakes import synthetic_sweep
+    from fakes import synthetic_sweep
 
     t0 = time.perf_counter()
     synthetic_sweep(
@@ -100,7 +100,7 @@ def main() -> int:
         command = [
             sys.executable,
             "-m",
-            "harness.cli",
+            "mrbench.cli.app",
             "report",
             SWEEP,
             "--tracking-uri",

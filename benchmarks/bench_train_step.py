@@ -22,9 +22,9 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-import methods
-from harness.models import load_model, load_tokenizer, prepare_model
-from tasks import build_task
+import mrbench.methods as methods
+from mrbench.engine.models import load_model, load_tokenizer, prepare_model
+from mrbench.tasks import build_task
 
 TARGET = 0.05
 
@@ -64,7 +64,7 @@ def seconds_per_step(trainer_cls, model_path, task, steps, extra):
 
 
 def main() -> int:
-    from harness.trainer import MultiRewardGRPOTrainer
+    from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.models import TinyPreset, build_tiny_model
+from mrbench.engine.models import TinyPreset, build_tiny_model
 
 # Smaller than the smallest preset and warm-started briefly: enough for trainer plumbing tests.
 MICRO = TinyPreset(32, 1, 2, 1, 64, sft_steps=30, sft_lr=5e-3, vocab_size=400, max_position_embeddings=256)
@@ -42,7 +42,7 @@ def random_generator():
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from harness.generation import HFGenerator
+    from mrbench.engine.generation import HFGenerator
 
     def make(tok, *, layers: int = 2, max_positions: int = 1024, seed: int = 0) -> HFGenerator:
         torch.set_num_threads(1)

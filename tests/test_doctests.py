@@ -1,4 +1,4 @@
-"""Run the doctest examples in every module of the three packages."""
+"""Run the doctest examples in every module of the mrbench package."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ("harness", "methods", "tasks")
+PACKAGES = ("mrbench",)
 
 
 def _modules() -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from harness.config import resolve_spec
+from mrbench.engine.config import resolve_spec
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
 TRAIN = {"steps": "2", "num_generations": "2", "prompts_per_step": "2", "eval_limit": "4"}
@@ -20,7 +20,7 @@ TRAIN = {"steps": "2", "num_generations": "2", "prompts_per_step": "2", "eval_li
 def _run(args: list[str], results: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "MRBENCH_RESULTS": str(results), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", *args],
+        [sys.executable, "-m", "mrbench", "run", *args],
         capture_output=True,
         text=True,
         timeout=900,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from adv_inputs import PAPER_REWARDS, random_rewards
 
-from methods import METHODS, compute_advantages, diagnostics
+from mrbench.methods import METHODS, compute_advantages, diagnostics
 
 KEYS = {
     "mean_offdiag_corr",

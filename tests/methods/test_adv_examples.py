@@ -8,7 +8,7 @@ import pytest
 import torch
 from adv_inputs import PAPER_CORRGRPO, PAPER_GDPO_SUMS, PAPER_GRPO, PAPER_REWARDS
 
-from methods import METHODS, compute_advantages
+from mrbench.methods import METHODS, compute_advantages
 
 W3 = torch.ones(3, dtype=torch.float64)
 

@@ -10,7 +10,7 @@ from adv_inputs import BATCH_ZERO_MEAN, GROUP_ZERO_MEAN, random_rewards, random_
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from methods import METHODS, compute_advantages
+from mrbench.methods import METHODS, compute_advantages
 
 NAMES = METHODS.names()
 SEEDS = range(12)

@@ -6,8 +6,8 @@ import pytest
 import torch
 from adv_inputs import random_rewards, random_weights
 
-from methods import METHODS, compute_advantages
-from methods.reference import REFERENCES
+from mrbench.methods import METHODS, compute_advantages
+from mrbench.methods.reference import REFERENCES
 
 
 def test_every_method_has_a_reference() -> None:

@@ -23,7 +23,7 @@ import pytest
 import torch
 from adv_inputs import random_rewards, random_weights
 
-from methods import compute_advantages
+from mrbench.methods import compute_advantages
 
 TRL_EPS = 1e-4
 START = "unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)"

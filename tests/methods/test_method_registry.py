@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from harness.registry import RegistryError, UnknownNameError, UnknownParamError
-from methods import METHODS, compute_advantages, get_method, register_method
+from mrbench.core.registry import RegistryError, UnknownNameError, UnknownParamError
+from mrbench.methods import METHODS, compute_advantages, get_method, register_method
 
 EXPECTED = {"grpo", "dr-grpo", "gdpo", "gdpo-nobn", "corrgrpo", "corrgrpo-guarded", "gdpo-corr"}
 
@@ -82,6 +82,6 @@ def test_default_weights_are_ones() -> None:
 def test_import_does_no_work() -> None:
     # Importing methods must not pull in the heavy stack (TRL, transformers) or touch the disk.
     heavy = "('trl', 'transformers', 'mlflow')"
-    code = f"import sys, methods; print(sorted(m for m in {heavy} if m in sys.modules))"
+    code = f"import sys, mrbench.methods; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

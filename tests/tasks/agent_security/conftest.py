@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def small_task() -> Any:
-    from tasks.agent_security import agent_security
+    from mrbench.tasks.agent_security import agent_security
 
     return agent_security(n_train=60, n_eval=40, seed=3)
 
@@ -17,7 +17,7 @@ def small_task() -> Any:
 @pytest.fixture(scope="session")
 def tokenizer(small_task: Any) -> Any:
     """Byte-level BPE trained on the task's demonstrations, with the tiny models' chat template."""
-    from harness.models import train_tokenizer
+    from mrbench.engine.models import train_tokenizer
 
     texts = []
     for prompt, completion in small_task.demonstrations(200, 0):

@@ -8,8 +8,15 @@ from typing import Any
 
 import pytest
 
-from tasks.agent_security import agentdojo_suites as ad
-from tasks.agent_security.episode import Episode, Limits, ScriptedPolicy, ToolCall, drive, render_calls
+from mrbench.tasks.agent_security import agentdojo_suites as ad
+from mrbench.tasks.agent_security.episode import (
+    Episode,
+    Limits,
+    ScriptedPolicy,
+    ToolCall,
+    drive,
+    render_calls,
+)
 
 LIMITS = Limits(max_turns=40, max_chars_per_turn=100_000, max_tool_chars=1_000_000)
 
@@ -118,7 +125,7 @@ def test_env_semantics_unknown_tool_and_bad_arguments(cases: list[ad.AgentDojoCa
 
 
 def test_agentdojo_task(cases: list[ad.AgentDojoCase]) -> None:
-    from tasks.agent_security import agent_security
+    from mrbench.tasks.agent_security import agent_security
 
     default = agent_security(dataset="agentdojo", suites="banking")
     assert default.limits.max_turns == 8 and default.max_completion_tokens == 512
@@ -157,7 +164,7 @@ def test_agentdojo_task(cases: list[ad.AgentDojoCase]) -> None:
 
 
 def test_score_agentdojo_items(cases: list[ad.AgentDojoCase]) -> None:
-    from tasks.agent_security import agent_security
+    from mrbench.tasks.agent_security import agent_security
 
     task = agent_security()  # an embedded task scores AgentDojo items too
     chosen = sample_cases(cases, 2)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tasks.agent_security.episode import (
+from mrbench.tasks.agent_security.episode import (
     INVALID_TERMINATIONS,
     VALID_TERMINATIONS,
     Episode,
@@ -21,7 +21,7 @@ from tasks.agent_security.episode import (
     replay,
     run_episodes,
 )
-from tasks.agent_security.scenarios import EmbeddedEnv, Scenario, gold_policy, obey_policy
+from mrbench.tasks.agent_security.scenarios import EmbeddedEnv, Scenario, gold_policy, obey_policy
 
 
 def call(tool: str, **params: Any) -> str:

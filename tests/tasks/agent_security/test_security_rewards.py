@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from tasks.agent_security.attacks import HIJACKING_STYLES
-from tasks.agent_security.episode import Limits, ToolCall, render_calls, run_episodes
-from tasks.agent_security.rewards import episode_outcomes, make_reward_functions, reward_values
-from tasks.agent_security.scenarios import EmbeddedEnv, Scenario, gold_policy, obey_policy
+from mrbench.tasks.agent_security.attacks import HIJACKING_STYLES
+from mrbench.tasks.agent_security.episode import Limits, ToolCall, render_calls, run_episodes
+from mrbench.tasks.agent_security.rewards import episode_outcomes, make_reward_functions, reward_values
+from mrbench.tasks.agent_security.scenarios import EmbeddedEnv, Scenario, gold_policy, obey_policy
 
 
 def columns(samples: list[Any], **extra: list[Any]) -> dict[str, list[Any]]:
@@ -61,7 +61,7 @@ def test_outcome_column_is_used_as_is(small_task: Any) -> None:
 
 
 def test_single_turn_prefix(small_task: Any) -> None:
-    from tasks.agent_security import agent_security
+    from mrbench.tasks.agent_security import agent_security
 
     task = agent_security(mode="single-turn", n_train=40, n_eval=10, seed=3)
     utility, safety = (c.fn for c in task.reward_components())

@@ -8,10 +8,15 @@ from typing import Any
 
 import pytest
 
-from tasks.agent_security.episode import Limits, replay
-from tasks.agent_security.rewards import build_environment
-from tasks.agent_security.rollout import chat_ids, make_rollout_func, run_token_episodes, tool_suffix_ids
-from tasks.agent_security.scenarios import Scenario
+from mrbench.tasks.agent_security.episode import Limits, replay
+from mrbench.tasks.agent_security.rewards import build_environment
+from mrbench.tasks.agent_security.rollout import (
+    chat_ids,
+    make_rollout_func,
+    run_token_episodes,
+    tool_suffix_ids,
+)
+from mrbench.tasks.agent_security.scenarios import Scenario
 
 
 def scripted_tokens(tokenizer: Any, prompt_ids: list[list[int]], plans: list[list[str]]) -> Any:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tasks.agent_security.attacks import HIJACKING_STYLES, STYLES, check_styles, injection_text
-from tasks.agent_security.episode import (
+from mrbench.tasks.agent_security.attacks import HIJACKING_STYLES, STYLES, check_styles, injection_text
+from mrbench.tasks.agent_security.episode import (
     Episode,
     EpisodeResult,
     Limits,
@@ -21,7 +21,7 @@ from tasks.agent_security.episode import (
     render_response,
     replay,
 )
-from tasks.agent_security.scenarios import (
+from mrbench.tasks.agent_security.scenarios import (
     SIGNATURES,
     SYSTEM_PROMPT,
     TEMPLATES,

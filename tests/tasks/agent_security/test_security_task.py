@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from tasks import TASKS, Task, build_task
-from tasks.agent_security import AgentSecurityTask, agent_security
-from tasks.agent_security.attacks import STYLES
-from tasks.agent_security.episode import Episode, ScriptedPolicy, ToolCall, parse_turn, render_calls
-from tasks.agent_security.scenarios import (
+from mrbench.core.contracts import Message
+from mrbench.tasks import TASKS, Task, build_task
+from mrbench.tasks.agent_security import AgentSecurityTask, agent_security
+from mrbench.tasks.agent_security.attacks import STYLES
+from mrbench.tasks.agent_security.episode import Episode, ScriptedPolicy, ToolCall, parse_turn, render_calls
+from mrbench.tasks.agent_security.scenarios import (
     SCENARIO_KEY,
     TEMPLATES,
     EmbeddedEnv,
@@ -22,11 +23,10 @@ from tasks.agent_security.scenarios import (
     gold_policy,
     obey_policy,
 )
-from tasks.base import Message
 
 
 class ScriptedGenerator:
-    """A :class:`tasks.base.Generator` that plays a scripted policy (no model)."""
+    """A :class:`mrbench.core.contracts.Generator` that plays a scripted policy (no model)."""
 
     model = None
     tokenizer = None
@@ -230,7 +230,7 @@ def test_training_hooks_give_a_rollout_func(small_task: AgentSecurityTask) -> No
 
 
 def test_score_embedded_gold_through_the_harness() -> None:
-    from harness.scoring import score_task
+    from mrbench.engine.scoring import score_task
 
     report = score_task(
         "agent-security", dataset="embedded", gold=True, task_params={"n_train": 80, "n_eval": 20}

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tasks.code_generation import code_generation, evaluation
-from tasks.code_generation.evaluation import (
+from mrbench.tasks.code_generation import code_generation, evaluation
+from mrbench.tasks.code_generation.evaluation import (
     EVAL_METRICS,
     metrics_of,
     pass_at_k,
@@ -73,7 +73,7 @@ def test_score_sample_for_the_exported_lm_eval_task():
 @pytest.fixture(scope="module")
 def tiny_generator(random_generator):
     """A randomly initialised one-layer Qwen2 with a BPE trained on the task's demonstrations."""
-    from harness.models import train_tokenizer
+    from mrbench.engine.models import train_tokenizer
 
     demos = code_generation().demonstrations(100, seed=0)
     tok = train_tokenizer([p[0]["content"] + c for p, c in demos], vocab_size=400)
@@ -101,7 +101,7 @@ def test_evaluate_runs_through_lm_eval(tiny_generator, tmp_path):
         yaml_path = task.export_lm_eval(tmp_path / "lm_eval_task")
         assert yaml_path.name == "mrbench_code_generation.yaml"
         assert (
-            "tasks.code_generation.evaluation:score_sample"
+            "mrbench.tasks.code_generation.evaluation:score_sample"
             in (tmp_path / "lm_eval_task").joinpath("mrbench_code_generation_utils.py").read_text()
         )
     finally:

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tasks.code_generation import hub, humaneval, problems
-from tasks.code_generation.problems import Problem, embedded_problems, embedded_split, split_by_family
+from mrbench.tasks.code_generation import hub, humaneval, problems
+from mrbench.tasks.code_generation.problems import Problem, embedded_problems, embedded_split, split_by_family
 
 
 def test_doctests():
@@ -120,8 +120,8 @@ def test_hub_rows_become_runnable_problems(monkeypatch):
     assert "assert square_it(3) == 9" in mbpp.prompt and "\r" not in mbpp.reference
     assert leet.entry_point == "Solution().twoSum" and leet.reference.startswith("class Solution:")
 
-    from harness.sandbox import Limits, Sandbox
-    from tasks.code_generation.rewards import job_for
+    from mrbench.kit.sandbox import Limits, Sandbox
+    from mrbench.tasks.code_generation.rewards import job_for
 
     with Sandbox(Limits(timeout_s=3), workers=2) as sandbox:
         results = sandbox.run_many([job_for(p, p.reference) for p in (mbpp, leet)])

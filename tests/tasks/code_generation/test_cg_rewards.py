@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from harness.sandbox import Limits
-from tasks.code_generation import rewards
-from tasks.code_generation.problems import Problem, embedded_problems
-from tasks.code_generation.rewards import (
+from mrbench.kit.sandbox import Limits
+from mrbench.tasks.code_generation import rewards
+from mrbench.tasks.code_generation.problems import Problem, embedded_problems
+from mrbench.tasks.code_generation.rewards import (
     COMPONENTS,
     CodeScorer,
     ast_similarity,

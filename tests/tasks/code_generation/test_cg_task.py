@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-import tasks
-from harness.scoring import Scorable
-from tasks.base import RewardComponent, Sample, Task
-from tasks.code_generation import COMPONENTS, code_generation
-from tasks.code_generation.task import DATASETS, CodeGenerationTask, dataset_split
+import mrbench.tasks as tasks
+from mrbench.core.contracts import RewardComponent, Sample, Task
+from mrbench.engine.scoring import Scorable
+from mrbench.tasks.code_generation import COMPONENTS, code_generation
+from mrbench.tasks.code_generation.task import DATASETS, CodeGenerationTask, dataset_split
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from harness.errors import UserError
-from tasks.tool_calling import bfcl
-from tasks.tool_calling.bfcl import convert_ground_truth, load_bfcl_samples
-from tasks.tool_calling.data import gold_completion
-from tasks.tool_calling.rewards import score_answer
+from mrbench.core.errors import UserError
+from mrbench.tasks.tool_calling import bfcl
+from mrbench.tasks.tool_calling.bfcl import convert_ground_truth, load_bfcl_samples
+from mrbench.tasks.tool_calling.data import gold_completion
+from mrbench.tasks.tool_calling.rewards import score_answer
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("bfcl_eval") is None, reason="bfcl-eval not installed"

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from tasks.tool_calling.catalog import TOOLS, TOOLS_BY_NAME
-from tasks.tool_calling.data import (
+from mrbench.tasks.tool_calling.catalog import TOOLS, TOOLS_BY_NAME
+from mrbench.tasks.tool_calling.data import (
     CHOOSE_OFFERED,
     generate_items,
     kind_counts,
@@ -108,7 +108,7 @@ def test_bad_split_is_rejected() -> None:
 
 def test_importing_the_task_does_no_heavy_work() -> None:
     code = (
-        "import sys, tasks.tool_calling, tasks.tool_calling.task;"
+        "import sys, mrbench.tasks.tool_calling, mrbench.tasks.tool_calling.task;"
         "print(sorted(m for m in ('torch', 'lm_eval', 'transformers', 'datasets') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

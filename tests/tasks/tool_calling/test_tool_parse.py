@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.tool_calling.parse import extract_calls, parse_answer, parse_call_block
+from mrbench.tasks.tool_calling.parse import extract_calls, parse_answer, parse_call_block
 
 CALL = '{"name":"get_weather","parameters":{"city":"Paris"}}'
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasks.tool_calling import rewards
-from tasks.tool_calling.rewards import COMPONENTS, RANGES, reward_components, score_answer
+from mrbench.tasks.tool_calling import rewards
+from mrbench.tasks.tool_calling.rewards import COMPONENTS, RANGES, reward_components, score_answer
 
 MAXIMA = {"format": 1.0, "function_name": 0.5, "parameter": 1.0, "values": 1.5}
 MINIMA = {"format": 0.0, "function_name": -0.5, "parameter": -1.0, "values": -1.5}
@@ -170,7 +170,7 @@ def test_missing_gold_column_is_a_clear_error() -> None:
 
 
 def test_score_sample_adds_total_and_flags_bad_gold() -> None:
-    from tasks.base import Sample
+    from mrbench.core.contracts import Sample
 
     sample = Sample("s", [{"role": "user", "content": "q"}], {"gold_calls": json.dumps([WEATHER])})
     scores = rewards.score_sample(sample, answer(WEATHER))
@@ -199,12 +199,12 @@ def test_every_component_stays_in_range(completion: str, gold: list[dict]) -> No
 @pytest.mark.parametrize(
     "module",
     [
-        "tasks.tool_calling.catalog",
-        "tasks.tool_calling.data",
-        "tasks.tool_calling.parse",
-        "tasks.tool_calling.rewards",
-        "tasks.tool_calling.bfcl",
-        "harness.lm_eval_bridge",
+        "mrbench.tasks.tool_calling.catalog",
+        "mrbench.tasks.tool_calling.data",
+        "mrbench.tasks.tool_calling.parse",
+        "mrbench.tasks.tool_calling.rewards",
+        "mrbench.tasks.tool_calling.bfcl",
+        "mrbench.kit.lm_eval_bridge",
     ],
 )
 def test_doctests(module: str) -> None:

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-import tasks
-from tasks.base import EvalResult, Task
-from tasks.tool_calling import tool_calling
-from tasks.tool_calling.data import generate_items, gold_completion
-from tasks.tool_calling.rewards import COMPONENTS, RANGES, score_answer
+import mrbench.tasks as tasks
+from mrbench.core.contracts import EvalResult, Task
+from mrbench.tasks.tool_calling import tool_calling
+from mrbench.tasks.tool_calling.data import generate_items, gold_completion
+from mrbench.tasks.tool_calling.rewards import COMPONENTS, RANGES, score_answer
 
 
 def test_conforms_to_the_task_protocol_and_registry() -> None:

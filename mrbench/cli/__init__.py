@@ -1,0 +1,1 @@
+"""The ``mrbench`` command line: the Typer app and one module per command."""

@@ -1,0 +1,58 @@
+"""``mrbench advantages``: apply one method to rewards typed on the command line or read from a file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("advantages")
+    def advantages_cmd(
+        method: str = typer.Option(..., "--method", help="Registered method name (see `mrbench methods`)."),
+        rewards: str = typer.Option(
+            None, "--rewards", help='Rows "r,r,r;r,r,r;…" (one row per rollout; nan = unscorable).'
+        ),
+        rewards_file: Path = typer.Option(
+            None, "--rewards-file", help="CSV or JSON file of reward rows instead of --rewards."
+        ),
+        group_size: int = typer.Option(
+            None, "--group-size", help="Rollouts per group (default: all rows one group)."
+        ),
+        weights: str = typer.Option(
+            None, "--weights", help="Comma-separated component weights (default: all 1)."
+        ),
+        param: list[str] = typer.Option([], "--param", help="Method hyper-parameter key=value (repeatable)."),
+        as_json: bool = typer.Option(False, "--json", help='Print {"method", "advantages", "diagnostics"}.'),
+    ) -> None:
+        """Compute advantages for reward rows; each consecutive run of --group-size rows is one group."""
+        import mrbench.methods as methods
+        from mrbench.cli.reward_input import (
+            load_rewards_file,
+            parse_params,
+            parse_rewards_text,
+            parse_weights,
+            to_groups,
+        )
+        from mrbench.core.errors import UserError
+
+        if (rewards is None) == (rewards_file is None):
+            raise UserError("give exactly one of --rewards or --rewards-file")
+        rows = parse_rewards_text(rewards) if rewards is not None else load_rewards_file(rewards_file)
+        grouped = to_groups(rows, group_size)
+        w = parse_weights(weights, grouped.shape[-1])
+        entry = methods.get_method(method)
+        params = entry.resolve_params(parse_params(param))
+        adv = entry.obj(grouped, w, **params)
+        diag = methods.diagnostics(grouped, w, adv)
+        flat = [float(a) for a in adv.reshape(-1).tolist()]
+        if as_json:
+            typer.echo(
+                json.dumps({"method": entry.name, "params": params, "advantages": flat, "diagnostics": diag})
+            )
+            return
+        typer.echo(f"method {entry.name} {params}")
+        for i, value in enumerate(flat):
+            typer.echo(f"{i:>4}  {value:+.6f}")

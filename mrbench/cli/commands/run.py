@@ -1,0 +1,65 @@
+"""``mrbench run``: one cell (method × task × model × seed), trained and evaluated, logged to MLflow."""
+
+from __future__ import annotations
+
+import typer
+
+
+def _pairs(values: list[str], flag: str) -> dict[str, str]:
+    from mrbench.core.errors import UserError
+
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"{flag} expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run_cmd(
+        method: str = typer.Option("grpo", "--method", help="Advantage estimator (see `mrbench methods`)."),
+        task: str = typer.Option("tool-calling", "--task", help="Task (see `mrbench tasks`)."),
+        model: str = typer.Option("tiny", "--model", help="Tiny preset, Hugging Face id or local path."),
+        seed: int = typer.Option(0, "--seed", help="Training seed."),
+        steps: int = typer.Option(None, "--steps", help="GRPO optimizer steps (default: 30)."),
+        param: list[str] = typer.Option([], "--param", help="Method hyper-parameter key=value (repeatable)."),
+        task_param: list[str] = typer.Option([], "--task-param", help="Task setting key=value (repeatable)."),
+        train: list[str] = typer.Option(
+            [], "--train", help="Train setting key=value, e.g. num_generations=4."
+        ),
+        tracking_uri: str = typer.Option(
+            None, "--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."
+        ),
+        experiment: str = typer.Option("mrbench-runs", "--experiment", help="MLflow experiment name."),
+        quiet: bool = typer.Option(False, "--quiet", help="No per-step progress bar."),
+    ) -> None:
+        """Warm-start or load the model, evaluate, train with GRPO and the chosen method, evaluate again."""
+        from mrbench.engine.config import resolve_spec
+        from mrbench.engine.runner import run_cell
+        from mrbench.engine.tracking import check_tracking_reachable, resolve_tracking_uri
+
+        overrides = _pairs(train, "--train")
+        if steps is not None:
+            overrides["steps"] = str(steps)
+        spec = resolve_spec(
+            method,
+            task,
+            model,
+            seed,
+            method_params=_pairs(param, "--param"),
+            task_params=_pairs(task_param, "--task-param"),
+            train=overrides,
+        )
+        uri = resolve_tracking_uri(tracking_uri)
+        check_tracking_reachable(uri)
+        typer.echo(f"cell {spec.label()}  run key {spec.run_key()}  store {uri}")
+        result = run_cell(spec, tracking_uri=uri, experiment=experiment, progress=not quiet)
+        typer.echo(f"\nrun {result.run_id} FINISHED in {result.wall_s:.0f}s (experiment {experiment!r})")
+        typer.echo(f"{'metric':<22}{'before':>10}{'after':>10}")
+        for name in sorted(result.metrics_after):
+            before = result.metrics_before.get(name, float("nan"))
+            mark = "  ← primary" if name == result.primary_metric else ""
+            typer.echo(f"{name:<22}{before:>10.3f}{result.metrics_after[name]:>10.3f}{mark}")

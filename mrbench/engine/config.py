@@ -1,0 +1,190 @@
+"""Run configuration: one cell = method × task × model × seed (+ trainer settings).
+
+A :class:`RunSpec` is validated against the registries when it is resolved, and its content hash
+(:meth:`RunSpec.run_key`) identifies the cell: a sweep skips a cell whose run key already has a
+finished run. Anything that changes what a cell computes must therefore live in the spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from mrbench.core.errors import UserError
+from mrbench.core.registry import RegistryError
+
+RUN_KEY_VERSION = 1  # bump when the meaning of a spec field changes, to invalidate old run keys
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Trainer knobs. Defaults are sane for the tiny models on a CPU; the `paper` preset overrides them."""
+
+    steps: int = 30
+    """Optimizer steps of GRPO training."""
+    num_generations: int = 8
+    """G: completions sampled per prompt (the group size of every estimator)."""
+    prompts_per_step: int = 4
+    """Prompts per optimizer step; the batch holds prompts_per_step × num_generations completions."""
+    learning_rate: float = 3e-4
+    """AdamW learning rate (tiny models need far more than the paper's 1e-6 for 7B models)."""
+    beta: float = 0.0
+    """KL coefficient against the reference model (0 = no reference model, as TRL's default)."""
+    temperature: float = 1.0
+    """Sampling temperature for rollouts."""
+    max_completion_length: int = 0
+    """Token budget per completion; 0 = the task's own `max_completion_tokens`."""
+    eval_limit: int = 0
+    """Evaluate on at most this many held-out samples; 0 = all of them."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step (for large models on small devices)."""
+    bf16: bool = False
+    """bfloat16 training (GPUs only)."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "steps": self.steps >= 1,
+            "num_generations": self.num_generations >= 2,
+            "prompts_per_step": self.prompts_per_step >= 1,
+            "learning_rate": self.learning_rate > 0,
+            "beta": self.beta >= 0,
+            "temperature": self.temperature > 0,
+            "max_completion_length": self.max_completion_length >= 0,
+            "eval_limit": self.eval_limit >= 0,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps >= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
+            raise UserError(f"invalid train settings: {shown} (steps ≥ 1, num_generations ≥ 2, rates > 0)")
+
+    @classmethod
+    def from_overrides(cls, overrides: dict[str, Any] | None) -> TrainSettings:
+        """Defaults updated by ``overrides`` (strings coerced); unknown keys raise :class:`UserError`."""
+        from mrbench.core.registry import coerce_value
+
+        base = cls()
+        values = dataclasses.asdict(base)
+        for key, raw in (overrides or {}).items():
+            if key not in values:
+                known = ", ".join(values)
+                raise UserError(f"unknown train setting {key!r}; known settings: {known}")
+            try:
+                values[key] = coerce_value(raw, values[key], key=key)
+            except RegistryError as exc:
+                raise UserError(str(exc)) from None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines one cell of a sweep."""
+
+    method: str
+    task: str
+    model: str
+    seed: int
+    method_params: dict[str, Any] = field(default_factory=dict)
+    task_params: dict[str, Any] = field(default_factory=dict)
+    train: TrainSettings = field(default_factory=TrainSettings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (also the `config.json` artifact)."""
+        return {
+            "method": self.method,
+            "method_params": dict(self.method_params),
+            "task": self.task,
+            "task_params": dict(self.task_params),
+            "model": self.model,
+            "seed": self.seed,
+            "train": dataclasses.asdict(self.train),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        """Inverse of :meth:`to_dict` (no registry validation; use :func:`resolve_spec` for that)."""
+        return cls(
+            method=data["method"],
+            task=data["task"],
+            model=data["model"],
+            seed=int(data["seed"]),
+            method_params=dict(data.get("method_params", {})),
+            task_params=dict(data.get("task_params", {})),
+            train=TrainSettings(**data.get("train", {})),
+        )
+
+    def run_key(self) -> str:
+        """12-hex content hash of the spec: equal specs share a key, any change gives a new one."""
+        payload = json.dumps({"v": RUN_KEY_VERSION, **self.to_dict()}, sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+    def label(self) -> str:
+        """Short human-readable cell name."""
+        return f"{self.method}|{self.task}|{self.model}|s{self.seed}"
+
+    def flat_params(self) -> dict[str, str]:
+        """MLflow params: ``method``, ``method.<hp>``, ``task``, ``task.<setting>``, ``model``, ``seed``,
+        ``train.<field>``."""
+        flat: dict[str, str] = {
+            "method": self.method,
+            "task": self.task,
+            "model": self.model,
+            "seed": str(self.seed),
+        }
+        flat.update({f"method.{k}": str(v) for k, v in self.method_params.items()})
+        flat.update({f"task.{k}": str(v) for k, v in self.task_params.items()})
+        flat.update({f"train.{k}": str(v) for k, v in dataclasses.asdict(self.train).items()})
+        return flat
+
+
+def resolve_spec(
+    method: str,
+    task: str,
+    model: str,
+    seed: int,
+    *,
+    method_params: dict[str, Any] | None = None,
+    task_params: dict[str, Any] | None = None,
+    train: TrainSettings | dict[str, Any] | None = None,
+) -> RunSpec:
+    """Validate names, parameters and the task's setting values, and fill in every default.
+
+    Raises :class:`UserError` naming the bad value (with "did you mean" for names).
+    Defaults are made explicit so that the run key changes when a default changes.
+    """
+    import mrbench.methods as methods
+    import mrbench.tasks as tasks
+    from mrbench.engine.models import validate_model_name
+
+    try:
+        resolved_method = methods.get_method(method).resolve_params(method_params)
+        resolved_task = tasks.get_task_entry(task).resolve_params(task_params)
+    except RegistryError as exc:
+        raise UserError(str(exc)) from None
+    # Values too (n_eval=-1, an unknown attack style): building a task only checks its settings,
+    # so a bad value stops here, before any store or run is touched.
+    built = tasks.build_task(task, resolved_task)
+    validate_model_name(model)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UserError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(train, TrainSettings):
+        settings = train
+    else:  # the task's own defaults (e.g. a smaller learning rate), then the caller's overrides
+        task_defaults = dict(getattr(built, "train_defaults", None) or {})
+        try:
+            TrainSettings.from_overrides(task_defaults)
+        except UserError as exc:  # the task's own mistake, not the caller's
+            raise UserError(f"task {task!r} has bad train_defaults: {exc}") from None
+        settings = TrainSettings.from_overrides({**task_defaults, **(train or {})})
+    return RunSpec(
+        method=methods.get_method(method).name,
+        task=tasks.get_task_entry(task).name,
+        model=model,
+        seed=seed,
+        method_params=resolved_method,
+        task_params=resolved_task,
+        train=settings,
+    )

@@ -1,0 +1,53 @@
+"""Greedy batched chat generation with a transformers model (a :class:`mrbench.core.contracts.Generator`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mrbench.core.contracts import Message
+
+
+class HFGenerator:
+    """Greedy completions for chat conversations; batches with left padding.
+
+    ``model``/``tokenizer`` are exposed so that tasks can hand them to lm-eval's HFLM.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+
+    def __call__(self, conversations: Sequence[list[Message]], *, max_new_tokens: int) -> list[str]:
+        """One greedy assistant reply per conversation, in input order (special tokens stripped)."""
+        import torch
+
+        tok = self.tokenizer
+        texts = [
+            tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+            for conv in conversations
+        ]
+        outputs: list[str] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(texts), self.batch_size):
+                chunk = texts[start : start + self.batch_size]
+                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(
+                    self.model.device
+                )
+                with torch.no_grad():
+                    out = self.model.generate(
+                        **enc,
+                        max_new_tokens=max_new_tokens,
+                        do_sample=False,
+                        pad_token_id=tok.pad_token_id,
+                        eos_token_id=tok.eos_token_id,
+                    )
+                new_tokens = out[:, enc["input_ids"].shape[1] :]
+                outputs.extend(tok.batch_decode(new_tokens, skip_special_tokens=True))
+        finally:
+            if was_training:
+                self.model.train()
+        return outputs

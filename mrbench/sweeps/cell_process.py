@@ -1,0 +1,131 @@
+"""One sweep cell in its own process: ``python -m mrbench.sweeps.cell_process PAYLOAD.json``.
+
+The payload (written by :func:`mrbench.sweeps.orchestrator.cell_payload`) names the spec class and the cell
+function by ``"module:attr"``, the tracking store, experiment and parent run, the thread budget
+and where to write the result. Exit codes: 0 FINISHED, 1 FAILED, 130 KILLED (SIGINT).
+
+A worker must not outlive its sweep: if the sweep process dies (even by ``kill -9``) the worker
+gets SIGINT, so its run ends KILLED and a resumed sweep runs the cell again instead of racing
+an orphan that could finish the same cell twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+def _interrupt_once(signum: int, frame: Any) -> None:
+    """SIGINT handler: raise KeyboardInterrupt once, then ignore SIGINT.
+
+    A worker often gets two: the parent-death signal and the parent watcher below both send
+    one, and a Ctrl-C reaches the sweep's whole process group while the sweep also signals its
+    workers. A second KeyboardInterrupt would land inside the handler that ends the run KILLED
+    and leave it RUNNING in the store.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Deliver SIGINT to this process when ``parent_pid`` exits."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGINT)
+        except OSError:
+            pass
+
+    # Portable fallback (and for a parent that died before prctl took effect): poll the parent.
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(30)  # the run is being ended KILLED; if that hangs, give up hard
+                os._exit(130)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """Run the cell described by ``payload``; return ``{"status", "run_id", "wall_s", "error"}``.
+
+    KeyboardInterrupt propagates (the cell function has ended its run KILLED).
+    """
+    from mrbench.sweeps.orchestrator import load_callable
+
+    threads = int(payload.get("threads") or 0)
+    if threads:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ[var] = str(threads)
+    spec_cls = load_callable(payload["spec_class"])
+    cell_fn = load_callable(payload["cell_fn"])
+    if threads and "torch" in sys.modules:
+        # The real cell function imports torch; cap its intra-op pool to this worker's share of cores.
+        sys.modules["torch"].set_num_threads(threads)
+    spec = spec_cls.from_dict(payload["spec"])
+    started = time.perf_counter()
+    try:
+        result = cell_fn(
+            spec,
+            tracking_uri=payload["tracking_uri"],
+            experiment=payload["experiment"],
+            parent_run_id=payload.get("parent_run_id"),
+            sweep=payload.get("sweep"),
+            progress=False,
+        )
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        traceback.print_exc()  # into the cell's log file
+        return {
+            "status": "FAILED",
+            "run_id": None,
+            "wall_s": time.perf_counter() - started,
+            "error": f"{type(exc).__name__}: {exc}"[:2000],
+        }
+    return {
+        "status": getattr(result, "status", "FINISHED"),
+        "run_id": getattr(result, "run_id", None),
+        "wall_s": time.perf_counter() - started,
+        "error": None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; see the module docstring."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m mrbench.sweeps.cell_process PAYLOAD.json", file=sys.stderr)
+        return 2
+    payload = json.loads(Path(args[0]).read_text())
+    # SIGINT is how a sweep stops its workers (explicitly, and as the parent-death signal). A
+    # sweep started in the background inherits SIGINT ignored and passes that on; without this,
+    # a worker would outlive a killed sweep and finish its cell a second time after a resume.
+    signal.signal(signal.SIGINT, _interrupt_once)
+    if payload.get("parent_pid"):
+        _die_with_parent(int(payload["parent_pid"]))
+    result_path = Path(payload["result"]) if payload.get("result") else None
+    try:
+        result = run_payload(payload)
+    except KeyboardInterrupt:
+        result = {"status": "KILLED", "run_id": None, "wall_s": 0.0, "error": "interrupted"}
+    if result_path is not None:
+        result_path.write_text(json.dumps(result))
+    if result["status"] == "FAILED":
+        print(f"cell failed: {result['error']}", file=sys.stderr)
+    return {"FINISHED": 0, "KILLED": 130}.get(result["status"], 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,414 @@
+"""What a sweep runs: methods × tasks × models × seeds plus shared settings, from presets, a
+YAML file and CLI flags (later sources override earlier ones), validated before any training.
+
+A YAML sweep file (every key optional; unknown keys are an error)::
+
+    name: my-sweep               # MLflow experiment and report folder; default: preset or file name
+    preset: cpu                  # start from a preset, then override below
+    methods: [grpo, gdpo, corrgrpo]
+    method_params: {corrgrpo: {eps: 1.0e-6}}
+    tasks: [tool-calling, code-generation]
+    task_params: {tool-calling: {n_train: 256}}
+    models: [tiny, tiny-s]       # or per task: {code-generation: [tiny], tool-calling: [tiny-s]}
+    seeds: [0, 1, 2]             # or n_seeds: 3
+    steps: 40                    # training steps for every cell (overrides train.steps)
+    train: {learning_rate: 1.0e-5}           # TrainSettings overrides for every cell
+    task_train: {code-generation: {num_generations: 8}}   # per-task TrainSettings overrides
+    workers: 1                   # cells at a time on this machine (separate processes when > 1)
+    executor: local              # or ray
+    ray_address: null            # ray.init(address=...) for --executor ray; null = local Ray
+    gpus_per_cell: 0             # Ray resources per cell
+    report: true                 # write the report when the sweep ends
+
+Names, hyper-parameters and train fields are checked by :func:`mrbench.engine.config.resolve_spec`
+when the grid is expanded (see :mod:`mrbench.sweeps.orchestrator`); this module checks shapes and types.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mrbench.core.errors import UserError
+
+MAIN_METHODS = ("grpo", "gdpo", "corrgrpo")
+ALL_TASKS = ("code-generation", "tool-calling", "agent-security")
+TINY_LADDER = ("tiny", "tiny-s", "tiny-m", "tiny-l")
+EXECUTORS = ("local", "ray")
+
+# The paper's models per domain and per-domain hyper-parameters (REFERENCE.md): lr 1e-6,
+# rollouts 4 (tools) / 8 (code, security), temperature 1.0, KL 0.001 (code, security) / none
+# (tools), 15 epochs (code, tools) / 7 (security).
+PAPER_MODELS: dict[str, tuple[str, ...]] = {
+    "code-generation": (
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        "Qwen/Qwen2.5-Coder-3B-Instruct",
+        "Qwen/Qwen2.5-Coder-7B-Instruct",
+    ),
+    "tool-calling": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen3-4B-Thinking-2507", "Qwen/Qwen3-8B"),
+    "agent-security": ("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen3-8B"),
+}
+PAPER_EPOCHS = {"code-generation": 15, "tool-calling": 15, "agent-security": 7}
+# Training prompts per domain: LeetCodeDataset train (2,641), ToolRL (4k), AgentDojo's 629
+# security cases. The papers state epochs, our trainer counts optimizer steps; the batch size
+# is not in REFERENCE.md, so 32 prompts per optimizer step (4 per micro-batch × 8 accumulation
+# steps, to fit a 7B model's rollouts on one GPU) is our assumption: steps = ceil(epochs × n / 32).
+PAPER_TRAIN_PROMPTS = {"code-generation": 2641, "tool-calling": 4000, "agent-security": 629}
+PAPER_PROMPTS_PER_STEP = 32
+PAPER_MICRO_PROMPTS = 4
+PAPER_TRAIN: dict[str, dict[str, Any]] = {
+    task: {
+        "learning_rate": 1e-6,
+        "num_generations": 4 if task == "tool-calling" else 8,
+        "temperature": 1.0,
+        "beta": 0.0 if task == "tool-calling" else 0.001,
+        "prompts_per_step": PAPER_MICRO_PROMPTS,
+        "gradient_accumulation_steps": PAPER_PROMPTS_PER_STEP // PAPER_MICRO_PROMPTS,
+        "steps": -(-PAPER_EPOCHS[task] * PAPER_TRAIN_PROMPTS[task] // PAPER_PROMPTS_PER_STEP),
+        "bf16": True,
+    }
+    for task in PAPER_EPOCHS
+}
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep: the grid axes and the settings every cell shares."""
+
+    name: str
+    """MLflow experiment name and report folder (letters, digits, ``.``, ``_``, ``-``)."""
+    methods: tuple[str, ...]
+    """Advantage estimators, by registry name."""
+    tasks: tuple[str, ...]
+    """Tasks, by registry name; ones whose code is missing are reported as unavailable."""
+    models: tuple[str, ...]
+    """Models for every task without an entry in ``task_models``."""
+    seeds: tuple[int, ...]
+    """Training seeds: the unit of replication in the report's statistics."""
+    task_models: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per-task model lists (the ``paper`` preset uses the paper's models per domain)."""
+    method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Hyper-parameter overrides per method name."""
+    task_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Setting overrides per task name."""
+    train: dict[str, Any] = field(default_factory=dict)
+    """TrainSettings overrides for every cell."""
+    task_train: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """TrainSettings overrides per task, applied after ``train``."""
+    steps: int | None = None
+    """Training steps for every cell, applied last (``--steps``)."""
+    workers: int = 1
+    """Cells run at a time on this machine; > 1 runs each cell in its own process."""
+    executor: str = "local"
+    """``local`` (this machine) or ``ray`` (cells as Ray tasks)."""
+    ray_address: str | None = None
+    """Ray cluster address for ``executor: ray``; None starts or joins a local Ray."""
+    gpus_per_cell: float = 0.0
+    """GPUs requested per cell from Ray."""
+    report: bool = True
+    """Write the report when the sweep ends."""
+    preset: str | None = None
+    """The preset this spec started from (recorded for the report)."""
+
+    def models_for(self, task: str) -> tuple[str, ...]:
+        """The models crossed with ``task``."""
+        return self.task_models.get(task, self.models)
+
+    def train_for(self, task: str) -> dict[str, Any]:
+        """TrainSettings overrides for cells of ``task``: ``train``, then ``task_train``, then ``steps``."""
+        merged = {**self.train, **self.task_train.get(task, {})}
+        if self.steps is not None:
+            merged["steps"] = self.steps
+        return merged
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as sweep-file settings: written as YAML and passed to ``--config`` it gives
+        back an equal spec (the report shows it in this form)."""
+        d = asdict(self)
+        for key in ("methods", "tasks", "seeds"):
+            d[key] = list(d[key])
+        if self.task_models:
+            d["models"] = {t: list(self.models_for(t)) for t in self.tasks}
+        else:
+            d["models"] = list(self.models)
+        del d["task_models"]
+        return d
+
+
+PRESETS: dict[str, SweepSpec] = {
+    # The default: every main method on every task, the tiny model, one seed, the trainer's short
+    # CPU defaults; finishes in minutes on a laptop.
+    "smoke": SweepSpec(
+        name="smoke", methods=MAIN_METHODS, tasks=ALL_TASKS, models=("tiny",), seeds=(0,), preset="smoke"
+    ),
+    # The tiny ladder × 3 seeds: a CPU-sized comparison with confidence intervals.
+    "cpu": SweepSpec(
+        name="cpu", methods=MAIN_METHODS, tasks=ALL_TASKS, models=TINY_LADDER, seeds=(0, 1, 2), preset="cpu"
+    ),
+    # The paper's models and per-domain hyper-parameters; for GPU machines or a Ray cluster.
+    "paper": SweepSpec(
+        name="paper",
+        methods=MAIN_METHODS,
+        tasks=ALL_TASKS,
+        models=(),
+        seeds=(0, 1, 2),
+        task_models=dict(PAPER_MODELS),
+        task_train={k: dict(v) for k, v in PAPER_TRAIN.items()},
+        gpus_per_cell=1.0,
+        preset="paper",
+    ),
+}
+
+_KEYS = (
+    "name",
+    "preset",
+    "methods",
+    "method_params",
+    "tasks",
+    "task_params",
+    "models",
+    "seeds",
+    "n_seeds",
+    "steps",
+    "train",
+    "task_train",
+    "workers",
+    "executor",
+    "ray_address",
+    "gpus_per_cell",
+    "report",
+)
+
+
+def _where(source: str) -> str:
+    return f" in {source}" if source else ""
+
+
+def _bad(key: str, source: str, expected: str, value: Any) -> UserError:
+    return UserError(f"sweep setting {key!r}{_where(source)}: expected {expected}, got {value!r}")
+
+
+def _check_keys(data: Mapping[str, Any], source: str) -> None:
+    unknown = [k for k in data if k not in _KEYS]
+    if not unknown:
+        return
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), _KEYS, n=1, cutoff=0.6)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise UserError(
+        f"unknown sweep setting(s) {', '.join(parts)}{_where(source)}. Known settings: {', '.join(_KEYS)}."
+    )
+
+
+def _names(value: Any, key: str, source: str) -> tuple[str, ...]:
+    """A non-empty list of names from a YAML list or a comma-separated string, order kept, deduplicated."""
+    if isinstance(value, str):
+        items: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise UserError(f"sweep setting {key!r}{_where(source)}: expected a list of names, got {value!r}")
+    bad = [v for v in items if not isinstance(v, str) or not v.strip()]
+    if bad or not items:
+        raise UserError(
+            f"sweep setting {key!r}{_where(source)}: expected a non-empty list of names, got {value!r}"
+        )
+    return tuple(dict.fromkeys(v.strip() for v in items))
+
+
+def _int(value: Any, key: str, source: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise _bad(key, source, f"an integer ≥ {minimum}", value)
+    try:
+        number = int(value)
+    except ValueError:
+        raise _bad(key, source, f"an integer ≥ {minimum}", value) from None
+    if number < minimum:
+        raise _bad(key, source, f"an integer ≥ {minimum}", value)
+    return number
+
+
+def _seeds(value: Any, source: str) -> tuple[int, ...]:
+    if isinstance(value, str):
+        raw: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, list | tuple):
+        raw = list(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        raw = [value]
+    else:
+        raise UserError(f"sweep setting 'seeds'{_where(source)}: expected a list of integers, got {value!r}")
+    if not raw:
+        raise UserError(f"sweep setting 'seeds'{_where(source)}: expected at least one seed")
+    seeds = tuple(dict.fromkeys(_int(v, "seeds", source, minimum=0) for v in raw))
+    return seeds
+
+
+def _mapping(value: Any, key: str, source: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UserError(f"sweep setting {key!r}{_where(source)}: expected a mapping, got {value!r}")
+    bad = [k for k in value if not isinstance(k, str)]
+    if bad:
+        raise UserError(f"sweep setting {key!r}{_where(source)}: keys must be names, got {bad!r}")
+    return dict(value)
+
+
+def _nested(value: Any, key: str, source: str) -> dict[str, dict[str, Any]]:
+    outer = _mapping(value, key, source)
+    return {name: _mapping(inner, f"{key}.{name}", source) for name, inner in outer.items()}
+
+
+def _check_subset(mapping: Mapping[str, Any], allowed: tuple[str, ...], key: str, axis: str) -> None:
+    extra = [k for k in mapping if k not in allowed]
+    if extra:
+        raise UserError(
+            f"sweep setting {key!r} names {', '.join(repr(e) for e in extra)}, which is not among the "
+            f"sweep's {axis} ({', '.join(allowed)}); add it to {axis} or fix the name."
+        )
+
+
+def apply_settings(base: SweepSpec, data: Mapping[str, Any], *, source: str = "") -> SweepSpec:
+    """``base`` overridden by the settings in ``data`` (YAML keys), validated; ``source`` names
+    where they came from in error messages."""
+    _check_keys(data, source)
+    changes: dict[str, Any] = {}
+    if "name" in data:
+        name = data["name"]
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise UserError(
+                f"sweep setting 'name'{_where(source)}: {name!r} is not a valid sweep name "
+                "(letters, digits, '.', '_', '-'; it names the MLflow experiment and the report folder)"
+            )
+        changes["name"] = name
+    for key in ("methods", "tasks"):
+        if key in data:
+            changes[key] = _names(data[key], key, source)
+    if "models" in data:
+        models = data["models"]
+        if isinstance(models, Mapping):
+            per_task = {str(t): _names(m, f"models.{t}", source) for t, m in models.items()}
+            changes["task_models"] = per_task
+            changes["models"] = ()
+        else:
+            changes["models"] = _names(models, "models", source)
+            changes["task_models"] = {}
+    if "seeds" in data and "n_seeds" in data:
+        raise UserError(f"give either 'seeds' or 'n_seeds'{_where(source)}, not both")
+    if "seeds" in data:
+        changes["seeds"] = _seeds(data["seeds"], source)
+    if "n_seeds" in data:
+        changes["seeds"] = tuple(range(_int(data["n_seeds"], "n_seeds", source, minimum=1)))
+    if "steps" in data:
+        changes["steps"] = None if data["steps"] is None else _int(data["steps"], "steps", source, minimum=1)
+    if "workers" in data:
+        changes["workers"] = _int(data["workers"], "workers", source, minimum=1)
+    if "executor" in data:
+        if data["executor"] not in EXECUTORS:
+            raise _bad("executor", source, f"one of {', '.join(EXECUTORS)}", data["executor"])
+        changes["executor"] = data["executor"]
+    if "ray_address" in data:
+        if data["ray_address"] is not None and not isinstance(data["ray_address"], str):
+            raise UserError(f"sweep setting 'ray_address'{_where(source)}: expected an address string")
+        changes["ray_address"] = data["ray_address"]
+    if "gpus_per_cell" in data:
+        gpus = data["gpus_per_cell"]
+        if isinstance(gpus, bool) or not isinstance(gpus, int | float) or gpus < 0:
+            raise _bad("gpus_per_cell", source, "a number ≥ 0", gpus)
+        changes["gpus_per_cell"] = float(gpus)
+    if "report" in data:
+        if not isinstance(data["report"], bool):
+            raise _bad("report", source, "true or false", data["report"])
+        changes["report"] = data["report"]
+    if "train" in data:
+        changes["train"] = _mapping(data["train"], "train", source)
+    for key in ("method_params", "task_params", "task_train"):
+        if key in data:
+            changes[key] = _nested(data[key], key, source)
+    spec = replace(base, **changes)
+    # Per-name entries written in *this* source must name the sweep's methods/tasks (a typo would
+    # otherwise be ignored). Entries inherited from a preset, or left over after a later source
+    # narrows the axes (e.g. ``--tasks``), are dropped by :func:`_drop_unused` instead.
+    if "method_params" in changes:
+        _check_subset(spec.method_params, spec.methods, "method_params", "methods")
+    for key in ("task_params", "task_train", "task_models"):
+        if key in changes:
+            _check_subset(getattr(spec, key), spec.tasks, "models" if key == "task_models" else key, "tasks")
+    return spec
+
+
+def _drop_unused(spec: SweepSpec) -> SweepSpec:
+    """Drop per-name entries for methods/tasks not in the sweep; require models for every task."""
+    tasks, methods = set(spec.tasks), set(spec.methods)
+    spec = replace(
+        spec,
+        method_params={k: v for k, v in spec.method_params.items() if k in methods},
+        task_models={k: v for k, v in spec.task_models.items() if k in tasks},
+        task_params={k: v for k, v in spec.task_params.items() if k in tasks},
+        task_train={k: v for k, v in spec.task_train.items() if k in tasks},
+    )
+    for task in spec.tasks:
+        if not spec.models_for(task):
+            raise UserError(f"no models for task {task!r}: give 'models' (for all tasks) or 'models.{task}'")
+    return spec
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    """The top-level mapping of a sweep YAML file; UserError naming the file and line otherwise."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read sweep config {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise UserError(f"sweep config {str(path)!r} is not valid YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise UserError(
+            f"sweep config {str(path)!r} must be a mapping of settings (name, methods, tasks, ...), "
+            f"got a {type(data).__name__}"
+        )
+    return dict(data)
+
+
+def build_sweep_spec(
+    *,
+    preset: str | None = None,
+    config: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> SweepSpec:
+    """Preset (default ``smoke``) ← YAML ``config`` ← CLI ``overrides`` (YAML keys; None = not given).
+
+    The name defaults to the YAML file's stem when a file is given, else the preset's name.
+    """
+    file_data = load_yaml(config) if config is not None else {}
+    source = str(config) if config is not None else ""
+    preset_name = preset or file_data.get("preset") or "smoke"
+    if preset_name not in PRESETS:
+        close = difflib.get_close_matches(str(preset_name), list(PRESETS), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UserError(f"unknown preset {preset_name!r}.{hint} Presets: {', '.join(PRESETS)}.")
+    spec = PRESETS[preset_name]
+    if config is not None:
+        spec = replace(spec, name=Path(config).stem if _NAME_RE.match(Path(config).stem) else spec.name)
+        spec = apply_settings(spec, {k: v for k, v in file_data.items() if k != "preset"}, source=source)
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if cli:
+        spec = apply_settings(spec, cli, source="command-line options")
+    return _drop_unused(spec)

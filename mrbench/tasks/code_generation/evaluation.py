@@ -1,0 +1,162 @@
+"""Evaluation for code generation: pass@k, executable rate and efficiency, run through lm-eval.
+
+:meth:`CodeGenerationTask.evaluate` generates one greedy completion per problem through
+lm-eval (``mrbench.kit.lm_eval_bridge``: a custom task over the local samples, scored by the same
+sandbox as training) and reports:
+
+``pass_at_1``
+    fraction of problems whose greedy completion passes every test (the primary metric;
+    MLflow metric names cannot contain ``@``, hence ``pass_at_1`` for pass@1).
+``executable_rate``
+    fraction whose program ran to completion or failed only on a test assertion.
+``efficiency``
+    mean efficiency reward (0 for failing programs).
+``format_rate``, ``syntax_rate``, ``compile_rate``, ``ast_similarity``
+    means of the other components.
+
+pass@k for k > 1 needs n ≥ k *sampled* completions per problem: score them (e.g. with
+``mrbench score --input``) and aggregate with :func:`pass_at_k_by_problem`, which applies the
+unbiased estimator of Chen et al. (2021), :func:`pass_at_k`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mrbench.core.contracts import EvalResult, Generator, Sample
+
+if TYPE_CHECKING:
+    from mrbench.tasks.code_generation.rewards import Outcome
+    from mrbench.tasks.code_generation.task import CodeGenerationTask
+
+LM_EVAL_TASK = "mrbench_code_generation"
+EVAL_METRICS: tuple[str, ...] = (
+    "pass_at_1",
+    "executable_rate",
+    "efficiency",
+    "format_rate",
+    "syntax_rate",
+    "compile_rate",
+    "ast_similarity",
+)
+_FROM_COMPONENT = {
+    "pass_at_1": "accuracy",
+    "executable_rate": "runtime",
+    "efficiency": "efficiency",
+    "format_rate": "format",
+    "syntax_rate": "syntax",
+    "compile_rate": "compile",
+    "ast_similarity": "ast_similarity",
+}
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased estimate of pass@k from ``n`` samples of which ``c`` passed: ``1 − C(n−c, k) / C(n, k)``.
+
+    Computed as a product (no huge binomials), exact for every n.
+
+    >>> pass_at_k(10, 0, 1), pass_at_k(10, 10, 5), round(pass_at_k(10, 3, 1), 12)
+    (0.0, 1.0, 0.3)
+    >>> round(pass_at_k(10, 3, 5), 4)  # 1 - C(7,5)/C(10,5) = 1 - 21/252
+    0.9167
+    >>> pass_at_k(5, 1, 10)
+    Traceback (most recent call last):
+    ...
+    ValueError: pass@k needs n >= k samples, got n=5, k=10
+    """
+    if not (0 <= c <= n) or k < 1:
+        raise ValueError(f"pass@k needs 0 <= c <= n and k >= 1, got n={n}, c={c}, k={k}")
+    if n < k:
+        raise ValueError(f"pass@k needs n >= k samples, got n={n}, k={k}")
+    if n - c < k:
+        return 1.0
+    miss = 1.0
+    for i in range(n - c + 1, n + 1):
+        miss *= 1.0 - k / i
+    return 1.0 - miss
+
+
+def pass_at_k_by_problem(
+    passed: Mapping[str, Sequence[bool]], ks: Iterable[int] = (1, 5, 10)
+) -> dict[str, float]:
+    """Mean pass@k over problems (``problem id → pass/fail of each sample``), as ``pass_at_{k}``.
+
+    A k larger than some problem's sample count is left out.
+
+    >>> pass_at_k_by_problem({"a": [True, False], "b": [False, False]}, ks=(1, 2, 5))
+    {'pass_at_1': 0.25, 'pass_at_2': 0.5}
+    """
+    out: dict[str, float] = {}
+    for k in ks:
+        if not passed or any(len(v) < k for v in passed.values()):
+            continue
+        out[f"pass_at_{k}"] = sum(pass_at_k(len(v), sum(map(bool, v)), k) for v in passed.values()) / len(
+            passed
+        )
+    return out
+
+
+def metrics_of(outcome: Outcome | None) -> dict[str, float]:
+    """Per-item evaluation metrics of one outcome (NaN where unscorable)."""
+    if outcome is None:
+        return dict.fromkeys(EVAL_METRICS, math.nan)
+    return {
+        metric: math.nan
+        if outcome.rewards.get(component) is None
+        else float(outcome.rewards[component] or 0.0)
+        for metric, component in _FROM_COMPONENT.items()
+    }
+
+
+def score_sample(sample: Sample, completion: str) -> dict[str, float]:
+    """lm-eval ``score_fn`` for the exported task: metrics of one completion of ``sample``.
+
+    Uses a process-wide default task (default sandbox limits) to find the problem named by the
+    sample's ``dataset``/``problem_id`` columns.
+    """
+    from mrbench.tasks.code_generation.task import default_task
+
+    task = default_task()
+    problem = task.problem_for(str(sample.columns.get("dataset")), str(sample.columns.get("problem_id")))
+    if problem is None:
+        return metrics_of(None)
+    return metrics_of(task.scorer.score([(problem, completion)])[0])
+
+
+def evaluate(task: CodeGenerationTask, generator: Generator, samples: list[Sample]) -> EvalResult:
+    """Greedy completions through lm-eval, scored in the task's sandbox; see the module docstring."""
+    from mrbench.kit.lm_eval_bridge import run_generation_task
+
+    outcomes: dict[str, Outcome | None] = {}
+
+    def score_fn(sample: Sample, completion: str) -> dict[str, float]:
+        problem = task.problem_for(str(sample.columns["dataset"]), str(sample.columns["problem_id"]))
+        outcome = None if problem is None else task.scorer.score([(problem, completion)])[0]
+        outcomes[sample.id] = outcome
+        return metrics_of(outcome)
+
+    run = run_generation_task(
+        generator,
+        samples,
+        task_name=LM_EVAL_TASK,
+        score_fn=score_fn,
+        metric_names=EVAL_METRICS,
+        max_new_tokens=task.max_completion_tokens,
+        version=task.version,
+    )
+    records: list[dict[str, Any]] = []
+    for sample, completion in zip(samples, run.completions, strict=True):
+        outcome = outcomes.get(sample.id)
+        records.append(
+            {
+                "id": sample.id,
+                "prompt": sample.prompt[-1]["content"],
+                "completion": completion,
+                "status": outcome.status if outcome else "unknown_problem",
+                "detail": outcome.detail if outcome else "",
+                "rewards": dict(outcome.rewards) if outcome else {},
+            }
+        )
+    return EvalResult(metrics=dict(run.metrics), samples=records)

