@@ -1,0 +1,189 @@
+"""The run layout: every MLflow tag, param, metric and artifact name mrbench writes or reads.
+
+A cell (method × task × model × seed) is one MLflow run; a sweep invocation is one parent run
+over its cells. The runner and the sweep write through this module and the report reads through
+it, so no name is spelled anywhere else (the tracking schema is this file).
+
+Tags (all prefixed ``mrbench.``)::
+
+    cell:  method task task_version model seed run_key git_sha sweep primary_metric
+           lower_is_better reward_components error
+    sweep: role=sweep sweep command git_sha host pid preset unavailable_tasks version.<package>
+
+Params: ``method``, ``method.<hp>``, ``task``, ``task.<setting>``, ``model``, ``seed``,
+``train.<field>``.
+
+Metrics: ``rewards/<component>/{mean,std}``, ``reward``, ``reward_std``, ``adv/<name>``,
+``adv/share/<component>``, ``train/<TRL key>`` per step; ``eval_before/<metric>`` (step 0) and
+``eval/<metric>`` (step 0 and the last step); ``perf/<name>`` at the end.
+
+>>> tag("run_key")
+'mrbench.run_key'
+>>> eval_metric("exact_match"), eval_before_metric("exact_match")
+('eval/exact_match', 'eval_before/exact_match')
+>>> reward_mean("format"), adv_share("format")
+('rewards/format/mean', 'adv/share/format')
+>>> strip_prefix(EVAL, "eval/pass@1")
+'pass@1'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# --- tags -------------------------------------------------------------------------------------
+
+TAG_PREFIX = "mrbench."
+
+# Cell tags.
+METHOD = "method"
+TASK = "task"
+TASK_VERSION = "task_version"
+MODEL = "model"
+SEED = "seed"
+RUN_KEY = "run_key"
+GIT_SHA = "git_sha"
+SWEEP = "sweep"
+PRIMARY_METRIC = "primary_metric"
+LOWER_IS_BETTER = "lower_is_better"
+REWARD_COMPONENTS = "reward_components"
+ERROR = "error"
+
+# Sweep parent-run tags.
+ROLE = "role"
+ROLE_SWEEP = "sweep"
+COMMAND = "command"
+HOST = "host"
+PID = "pid"
+PRESET = "preset"
+UNAVAILABLE_TASKS = "unavailable_tasks"
+VERSION = "version."  # + package name
+
+
+def tag(name: str) -> str:
+    """The full MLflow tag key of a layout tag name (``"seed"`` → ``"mrbench.seed"``)."""
+    return TAG_PREFIX + name
+
+
+def read_tag(tags: Mapping[str, str], name: str, default: str = "") -> str:
+    """The value of layout tag ``name`` in a run's ``tags`` (``default`` when absent)."""
+    return tags.get(TAG_PREFIX + name, default)
+
+
+def join_list(values: list[str] | tuple[str, ...] | frozenset[str] | set[str]) -> str:
+    """Encode a list-valued tag (components, lower-is-better metrics, unavailable tasks)."""
+    return ",".join(values)
+
+
+def split_list(value: str) -> list[str]:
+    """Decode a list-valued tag; the empty string is the empty list.
+
+    >>> split_list("a,b"), split_list("")
+    (['a', 'b'], [])
+    """
+    return [v for v in value.split(",") if v]
+
+
+def cell_tags(
+    *,
+    method: str,
+    task: str,
+    task_version: str,
+    model: str,
+    seed: int,
+    run_key: str,
+    git_sha: str,
+    sweep: str | None,
+    primary_metric: str,
+    lower_is_better: frozenset[str] | set[str],
+    reward_components: list[str],
+) -> dict[str, str]:
+    """The tags of one cell's run, keyed by their full MLflow names."""
+    values = {
+        METHOD: method,
+        TASK: task,
+        TASK_VERSION: str(task_version),
+        MODEL: model,
+        SEED: str(seed),
+        RUN_KEY: run_key,
+        GIT_SHA: git_sha,
+        SWEEP: sweep or "",
+        PRIMARY_METRIC: primary_metric,
+        LOWER_IS_BETTER: join_list(sorted(lower_is_better)),
+        REWARD_COMPONENTS: join_list(reward_components),
+    }
+    return {tag(k): v for k, v in values.items()}
+
+
+# --- params -----------------------------------------------------------------------------------
+
+PARAM_METHOD = "method"
+PARAM_TASK = "task"
+PARAM_MODEL = "model"
+PARAM_SEED = "seed"
+METHOD_PARAM = "method."  # + hyper-parameter
+TASK_PARAM = "task."  # + task setting
+TRAIN_PARAM = "train."  # + TrainSettings field
+
+# --- metrics ----------------------------------------------------------------------------------
+
+REWARD = "reward"
+REWARD_STD = "reward_std"
+REWARDS = "rewards/"  # + component + /mean or /std
+ADV = "adv/"  # + diagnostic name
+ADV_SHARE = "adv/share/"  # + component
+TRAIN = "train/"  # + TRL log key
+EVAL = "eval/"  # + metric
+EVAL_BEFORE = "eval_before/"  # + metric
+PERF = "perf/"  # + name
+
+PERF_WALL_S = PERF + "wall_s"
+PERF_TRAIN_S = PERF + "train_s"
+PERF_EVAL_S = PERF + "eval_s"
+PERF_MODEL_PREPARE_S = PERF + "model_prepare_s"
+
+
+def reward_mean(component: str) -> str:
+    """Per-step mean training reward of one component."""
+    return f"{REWARDS}{component}/mean"
+
+
+def reward_std(component: str) -> str:
+    """Per-step standard deviation of one component's training reward."""
+    return f"{REWARDS}{component}/std"
+
+
+def adv_metric(name: str) -> str:
+    """A per-step advantage diagnostic (``adv/<name>``)."""
+    return ADV + name
+
+
+def adv_share(component: str) -> str:
+    """Per-step share of the advantage that one component carries."""
+    return ADV_SHARE + component
+
+
+def eval_metric(metric: str) -> str:
+    """An evaluation metric: logged at step 0 (before training) and at the last step."""
+    return EVAL + metric
+
+
+def eval_before_metric(metric: str) -> str:
+    """An evaluation metric before training (logged once, at step 0)."""
+    return EVAL_BEFORE + metric
+
+
+def strip_prefix(prefix: str, key: str) -> str:
+    """``key`` without the namespace ``prefix`` (unchanged when it has another prefix)."""
+    return key.removeprefix(prefix)
+
+
+# --- artifacts --------------------------------------------------------------------------------
+
+CONFIG_ARTIFACT = "config.json"  # the resolved RunSpec with its run key
+DIAGNOSTICS_ARTIFACT = "diagnostics.json"  # components, mean corr_matrix, mean share
+COMPLETIONS_ARTIFACT = "samples/completions.jsonl"  # last batch with per-component rewards, advantages
+EVAL_SAMPLES_BEFORE = "eval/samples_before.jsonl"
+EVAL_SAMPLES_AFTER = "eval/samples_after.jsonl"
+SWEEP_ARTIFACT = "sweep.json"  # on the parent run: config, command, grid, unavailable tasks
+REPORT_DIR = "report"  # on the parent run: the generated report
