@@ -10,6 +10,8 @@ Tags (all prefixed ``mrbench.``)::
            lower_is_better reward_components error
     sweep: role=sweep sweep command git_sha host pid preset unavailable_tasks version.<package>
 
+A cell under a sweep also carries MLflow's own ``mlflow.parentRunId`` (:data:`PARENT_RUN_TAG`).
+
 Params: ``method``, ``method.<hp>``, ``task``, ``task.<setting>``, ``model``, ``seed``,
 ``train.<field>``.
 
@@ -58,6 +60,9 @@ PID = "pid"
 PRESET = "preset"
 UNAVAILABLE_TASKS = "unavailable_tasks"
 VERSION = "version."  # + package name
+
+# MLflow's own tag that nests a cell's run under its sweep's parent run.
+PARENT_RUN_TAG = "mlflow.parentRunId"
 
 
 def tag(name: str) -> str:
@@ -125,6 +130,30 @@ METHOD_PARAM = "method."  # + hyper-parameter
 TASK_PARAM = "task."  # + task setting
 TRAIN_PARAM = "train."  # + TrainSettings field
 
+
+def cell_params(
+    *,
+    method: str,
+    task: str,
+    model: str,
+    seed: int,
+    method_params: Mapping[str, object],
+    task_params: Mapping[str, object],
+    train: Mapping[str, object],
+) -> dict[str, str]:
+    """The params of one cell's run: names above, every value as ``str``.
+
+    >>> cell_params(method="gdpo", task="t", model="m", seed=1, method_params={"eps": 1e-6},
+    ...             task_params={}, train={"steps": 2})
+    {'method': 'gdpo', 'task': 't', 'model': 'm', 'seed': '1', 'method.eps': '1e-06', 'train.steps': '2'}
+    """
+    flat = {PARAM_METHOD: method, PARAM_TASK: task, PARAM_MODEL: model, PARAM_SEED: str(seed)}
+    flat.update({METHOD_PARAM + k: str(v) for k, v in method_params.items()})
+    flat.update({TASK_PARAM + k: str(v) for k, v in task_params.items()})
+    flat.update({TRAIN_PARAM + k: str(v) for k, v in train.items()})
+    return flat
+
+
 # --- metrics ----------------------------------------------------------------------------------
 
 REWARD = "reward"
@@ -171,6 +200,22 @@ def eval_metric(metric: str) -> str:
 def eval_before_metric(metric: str) -> str:
     """An evaluation metric before training (logged once, at step 0)."""
     return EVAL_BEFORE + metric
+
+
+def step_metric(key: str) -> str:
+    """The metric name of one of TRL's per-step log keys.
+
+    Per-component rewards, the weighted total and the advantage diagnostics keep their names
+    (they already are layout names); everything else TRL logs goes under ``train/``.
+
+    >>> step_metric("rewards/format/mean"), step_metric("adv/std"), step_metric("reward")
+    ('rewards/format/mean', 'adv/std', 'reward')
+    >>> step_metric("loss")
+    'train/loss'
+    """
+    if key.startswith((REWARDS, ADV)) or key in (REWARD, REWARD_STD):
+        return key
+    return TRAIN + key
 
 
 def strip_prefix(prefix: str, key: str) -> str:

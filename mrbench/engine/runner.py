@@ -7,17 +7,17 @@ FAILED, so a resumed sweep knows exactly which cells to redo.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import logging
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrbench.core import layout
+from mrbench.core.contracts import EvalResult, Sample, Task
 from mrbench.engine.config import RunSpec
-from mrbench.engine.tracking import TAG_PREFIX, ensure_experiment, git_sha, log_json_artifact
-
-log = logging.getLogger(__name__)
+from mrbench.engine.tracking import ensure_experiment, git_sha, log_json_artifact
 
 
 @dataclass
@@ -33,29 +33,41 @@ class CellResult:
     primary_metric: str = ""
 
 
-def cell_tags(spec: RunSpec, task: Any, sweep: str | None) -> dict[str, str]:
+def cell_tags(spec: RunSpec, task: Task, sweep: str | None) -> dict[str, str]:
     """The ``mrbench.*`` tags every cell run carries (what reports and resume search on)."""
-    components = [c.name for c in task.reward_components()]
-    return {
-        f"{TAG_PREFIX}method": spec.method,
-        f"{TAG_PREFIX}task": spec.task,
-        f"{TAG_PREFIX}task_version": str(task.version),
-        f"{TAG_PREFIX}model": spec.model,
-        f"{TAG_PREFIX}seed": str(spec.seed),
-        f"{TAG_PREFIX}run_key": spec.run_key(),
-        f"{TAG_PREFIX}git_sha": git_sha(),
-        f"{TAG_PREFIX}sweep": sweep or "",
-        f"{TAG_PREFIX}primary_metric": task.primary_metric,
-        f"{TAG_PREFIX}lower_is_better": ",".join(sorted(task.lower_is_better)),
-        f"{TAG_PREFIX}reward_components": ",".join(components),
-    }
+    return layout.cell_tags(
+        method=spec.method,
+        task=spec.task,
+        task_version=task.version,
+        model=spec.model,
+        seed=spec.seed,
+        run_key=spec.run_key(),
+        git_sha=git_sha(),
+        sweep=sweep,
+        primary_metric=task.primary_metric,
+        lower_is_better=task.lower_is_better,
+        reward_components=[c.name for c in task.reward_components()],
+    )
+
+
+def cell_params(spec: RunSpec) -> dict[str, str]:
+    """The MLflow params of a cell: names, hyper-parameters, task settings and training settings."""
+    return layout.cell_params(
+        method=spec.method,
+        task=spec.task,
+        model=spec.model,
+        seed=spec.seed,
+        method_params=spec.method_params,
+        task_params=spec.task_params,
+        train=dataclasses.asdict(spec.train),
+    )
 
 
 class MlflowStepLogger:
-    """A ``TrainerCallback``: forwards TRL's per-step logs to the cell's MLflow run with namespaced keys.
+    """A ``TrainerCallback``: forwards TRL's per-step logs to the cell's MLflow run.
 
-    ``rewards/<component>/...`` and ``adv/...`` keep their names, the weighted total ``reward``
-    too; every other number becomes ``train/<key>``.
+    Names follow :func:`mrbench.core.layout.step_metric`: ``rewards/<component>/...``, ``adv/...``
+    and the weighted total ``reward`` keep theirs; every other number becomes ``train/<key>``.
     """
 
     def __init__(self, client: Any, run_id: str) -> None:
@@ -72,18 +84,12 @@ class MlflowStepLogger:
 
         self.callback = _Callback()
 
-    @staticmethod
-    def metric_name(key: str) -> str:
-        if key.startswith(("rewards/", "adv/")) or key in ("reward", "reward_std"):
-            return key
-        return f"train/{key}"
-
     def log(self, logs: dict[str, Any], step: int) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         metrics = [
-            Metric(self.metric_name(k), float(v), now, step)
+            Metric(layout.step_metric(k), float(v), now, step)
             for k, v in logs.items()
             if isinstance(v, int | float) and not isinstance(v, bool) and v == v  # skip NaN
         ]
@@ -91,14 +97,15 @@ class MlflowStepLogger:
             self.client.log_batch(self.run_id, metrics=metrics)
 
 
-def _build_dataset(samples: list[Any]) -> Any:
+def _build_dataset(samples: list[Sample]) -> Any:
+    """One dataset row per sample: ``prompt``, ``sample_id`` and the sample's columns."""
     from datasets import Dataset
 
     rows = [{"prompt": s.prompt, "sample_id": s.id, **s.columns} for s in samples]
     return Dataset.from_list(rows)
 
 
-def _grpo_config(spec: RunSpec, task: Any, output_dir: str, progress: bool) -> Any:
+def _grpo_config(spec: RunSpec, task: Task, output_dir: str, progress: bool) -> Any:
     import torch
     from trl import GRPOConfig
 
@@ -131,7 +138,7 @@ def _grpo_config(spec: RunSpec, task: Any, output_dir: str, progress: bool) -> A
     )
 
 
-def evaluate_model(task: Any, model: Any, tokenizer: Any, limit: int) -> Any:
+def evaluate_model(task: Task, model: Any, tokenizer: Any, limit: int) -> EvalResult:
     """The task's own evaluation of ``model`` with greedy decoding (first ``limit`` eval samples, 0 = all)."""
     from mrbench.engine.generation import HFGenerator
 
@@ -139,28 +146,6 @@ def evaluate_model(task: Any, model: Any, tokenizer: Any, limit: int) -> Any:
     if limit:
         samples = samples[:limit]
     return task.evaluate(HFGenerator(model, tokenizer), samples)
-
-
-def _completion_log(trainer: Any) -> list[dict[str, Any]]:
-    """The last generation batch as rows: prompt, completion, per-component rewards, advantage."""
-    from mrbench.core.contracts import completion_text
-
-    logs = trainer._logs
-    prompts, completions = list(logs["prompt"]), list(logs["completion"])
-    advantages = list(logs["advantages"])
-    rewards = {name: list(values) for name, values in logs["rewards"].items()}
-    rows = []
-    for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=False)):
-        last_user = prompt[-1]["content"] if isinstance(prompt, list) and prompt else str(prompt)
-        rows.append(
-            {
-                "prompt": last_user,
-                "completion": completion_text(completion),
-                "rewards": {name: values[i] if i < len(values) else None for name, values in rewards.items()},
-                "advantage": advantages[i] if i < len(advantages) else None,
-            }
-        )
-    return rows
 
 
 def run_cell(
@@ -172,27 +157,59 @@ def run_cell(
     sweep: str | None = None,
     progress: bool = True,
 ) -> CellResult:
-    """Evaluate → train → evaluate one cell, logging everything to a new MLflow run."""
+    """Evaluate → train → evaluate one cell, logging everything to a new MLflow run.
+
+    The task is built here and closed (:meth:`~mrbench.core.contracts.Task.close`) when the cell
+    ends, however it ends.
+    """
+    from mrbench.tasks import build_task
+
+    started = time.perf_counter()
+    task = build_task(spec.task, spec.task_params)
+    try:
+        return _run_cell(
+            spec,
+            task,
+            started=started,
+            tracking_uri=tracking_uri,
+            experiment=experiment,
+            parent_run_id=parent_run_id,
+            sweep=sweep,
+            progress=progress,
+        )
+    finally:
+        task.close()
+
+
+def _run_cell(
+    spec: RunSpec,
+    task: Task,
+    *,
+    started: float,
+    tracking_uri: str,
+    experiment: str,
+    parent_run_id: str | None,
+    sweep: str | None,
+    progress: bool,
+) -> CellResult:
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     import mrbench.methods as methods
     from mrbench.engine.models import load_model, load_tokenizer, prepare_model
     from mrbench.engine.trainer import MultiRewardGRPOTrainer
-    from mrbench.tasks import build_task
 
-    started = time.perf_counter()
     client = MlflowClient(tracking_uri=tracking_uri)
     experiment_id = ensure_experiment(experiment, tracking_uri)
-    task = build_task(spec.task, spec.task_params)
     tags = cell_tags(spec, task, sweep)
     if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
+        tags[layout.PARENT_RUN_TAG] = parent_run_id
     run = client.create_run(experiment_id, tags=tags, run_name=spec.label())
     run_id = run.info.run_id
     try:
-        client.log_batch(run_id, params=[Param(k, v[:6000]) for k, v in spec.flat_params().items()])
-        log_json_artifact(client, run_id, {**spec.to_dict(), "run_key": spec.run_key()}, "config.json")
+        client.log_batch(run_id, params=[Param(k, v[:6000]) for k, v in cell_params(spec).items()])
+        config = {**spec.to_dict(), "run_key": spec.run_key()}
+        log_json_artifact(client, run_id, config, layout.CONFIG_ARTIFACT)
 
         t0 = time.perf_counter()
         model_path = prepare_model(spec.model)
@@ -212,13 +229,15 @@ def run_cell(
         now = int(time.time() * 1000)
         client.log_batch(
             run_id,
-            metrics=[Metric(f"eval_before/{k}", float(v), now, 0) for k, v in before.metrics.items()]
-            + [Metric(f"eval/{k}", float(v), now, 0) for k, v in before.metrics.items()],
+            metrics=[
+                Metric(layout.eval_before_metric(k), float(v), now, 0) for k, v in before.metrics.items()
+            ]
+            + [Metric(layout.eval_metric(k), float(v), now, 0) for k, v in before.metrics.items()],
         )
-        log_json_artifact(client, run_id, before.samples, "eval/samples_before.jsonl")
+        log_json_artifact(client, run_id, before.samples, layout.EVAL_SAMPLES_BEFORE)
 
         step_logger = MlflowStepLogger(client, run_id)
-        hooks = task.training_hooks() if hasattr(task, "training_hooks") else {}
+        hooks = task.training_hooks()
         with tempfile.TemporaryDirectory(prefix="mrbench-trl-") as out_dir:
             trainer = MultiRewardGRPOTrainer(
                 # With a KL term TRL builds the reference model from a path; otherwise reuse the loaded one.
@@ -242,27 +261,31 @@ def run_cell(
         now = int(time.time() * 1000)
         wall_s = time.perf_counter() - started
         perf = {
-            "perf/wall_s": wall_s,
-            "perf/train_s": train_s,
-            "perf/eval_s": eval_s,
-            "perf/model_prepare_s": prepare_s,
+            layout.PERF_WALL_S: wall_s,
+            layout.PERF_TRAIN_S: train_s,
+            layout.PERF_EVAL_S: eval_s,
+            layout.PERF_MODEL_PREPARE_S: prepare_s,
         }
         client.log_batch(
             run_id,
-            metrics=[Metric(f"eval/{k}", float(v), now, spec.train.steps) for k, v in after.metrics.items()]
+            metrics=[
+                Metric(layout.eval_metric(k), float(v), now, spec.train.steps)
+                for k, v in after.metrics.items()
+            ]
             + [Metric(k, float(v), now, spec.train.steps) for k, v in perf.items()],
         )
-        log_json_artifact(client, run_id, after.samples, "eval/samples_after.jsonl")
+        log_json_artifact(client, run_id, after.samples, layout.EVAL_SAMPLES_AFTER)
         components = [c.name for c in task.reward_components()]
-        log_json_artifact(client, run_id, trainer.diag_accumulator.summary(components), "diagnostics.json")
-        log_json_artifact(client, run_id, _completion_log(trainer), "samples/completions.jsonl")
+        diagnostics = trainer.diag_accumulator.summary(components)
+        log_json_artifact(client, run_id, diagnostics, layout.DIAGNOSTICS_ARTIFACT)
+        log_json_artifact(client, run_id, trainer.completion_log(), layout.COMPLETIONS_ARTIFACT)
         client.set_terminated(run_id, "FINISHED")
     except KeyboardInterrupt:
         client.set_terminated(run_id, "KILLED")
         raise
     except BaseException as exc:
         try:
-            client.set_tag(run_id, f"{TAG_PREFIX}error", f"{type(exc).__name__}: {exc}"[:4000])
+            client.set_tag(run_id, layout.tag(layout.ERROR), f"{type(exc).__name__}: {exc}"[:4000])
         finally:
             client.set_terminated(run_id, "FAILED")
         raise

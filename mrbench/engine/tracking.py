@@ -16,8 +16,6 @@ from typing import Any
 
 from mrbench.core.errors import UserError
 
-TAG_PREFIX = "mrbench."
-
 
 def results_dir() -> Path:
     """The local results folder (created if missing)."""

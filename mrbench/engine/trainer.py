@@ -9,6 +9,11 @@ TRL 1.16 has no advantage hook, so the subclass
    ``_logs["advantages"]`` so that logged completions show what was trained on.
 
 Everything else (loss, clipping, KL, optimisation) is TRL's.
+
+This module is the one place that touches TRL's internals: besides the advantage hook it reads
+the completion log (:meth:`MultiRewardGRPOTrainer.completion_log`) and runs a task's own
+multi-turn rollout (:data:`mrbench.core.rollout.Rollout`) as TRL's ``rollout_func``, handing it
+a :class:`~mrbench.core.rollout.RolloutContext` built from the trainer.
 """
 
 from __future__ import annotations
@@ -19,7 +24,13 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from mrbench.core import layout
+from mrbench.core.contracts import completion_text
+from mrbench.core.rollout import Rollout, RolloutBatch, RolloutContext, TokenGenerate
 from mrbench.methods.diagnostics import diagnostics
+
+# Keys TRL reads from a ``rollout_func`` result; a rollout's own columns must not shadow them.
+_TRL_ROLLOUT_KEYS = frozenset({"prompt_ids", "completion_ids", "logprobs", "env_mask"})
 
 
 class DiagnosticsAccumulator:
@@ -77,8 +88,9 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages are ``method_fn(rewards[P,G,K], weights[K], **method_params)``.
 
     Extra keyword arguments: ``method_fn`` (a registered method), ``method_params`` (its resolved
-    hyper-parameters) and ``diagnostics_every`` (compute the ``adv/...`` diagnostics every N
-    generation batches; 1 = always). All other arguments go to ``GRPOTrainer``.
+    hyper-parameters), ``diagnostics_every`` (compute the ``adv/...`` diagnostics every N
+    generation batches; 1 = always) and ``rollout`` (a task's multi-turn rollout, run in place
+    of TRL's single-turn generation). All other arguments go to ``GRPOTrainer``.
     """
 
     def __init__(
@@ -87,6 +99,7 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         method_fn: Callable[..., torch.Tensor],
         method_params: dict[str, Any] | None = None,
         diagnostics_every: int = 1,
+        rollout: Rollout | None = None,
         **kwargs: Any,
     ) -> None:
         self.method_fn = method_fn
@@ -95,7 +108,111 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         self.diag_accumulator = DiagnosticsAccumulator()
         self._kept_rewards: torch.Tensor | None = None
         self._batches_scored = 0
+        if rollout is not None:
+            if kwargs.get("rollout_func") is not None:
+                raise ValueError("pass either a task rollout or a TRL rollout_func, not both")
+            kwargs["rollout_func"] = self._trl_rollout_func(rollout)
         super().__init__(*args, **kwargs)
+
+    # ------------------------------------------------------------------ multi-turn rollouts
+
+    def rollout_context(self) -> RolloutContext:
+        """What a task's rollout may use for the next generation batch (see :mod:`mrbench.core.rollout`).
+
+        ``max_new_tokens`` is ``GRPOConfig.max_completion_length`` (read as the per-turn budget);
+        ``max_length`` is the model's ``max_position_embeddings`` when its config has one.
+        """
+        config = getattr(self.model, "config", None)
+        return RolloutContext(
+            tokenizer=self.processing_class,
+            generate=self._policy_sampler(),
+            max_new_tokens=self.max_completion_length,
+            eos_token_ids=tuple(self.eos_token_ids),
+            max_length=getattr(config, "max_position_embeddings", None),
+        )
+
+    def _policy_sampler(self) -> TokenGenerate:
+        """Sampling with the model being trained and the run's generation settings.
+
+        Each call left-pads its ``B`` sequences into ``input_ids`` ``[B, W]`` and returns the
+        ``B`` rows of ``generate``'s output past column ``W`` (new tokens, EOS then padding when
+        a row ended early). With ``use_vllm`` the rollout still samples through transformers,
+        with the same temperature / top-p / top-k TRL gives vLLM.
+        """
+        from transformers import GenerationConfig
+        from trl.models.utils import unwrap_model_for_generation
+
+        tokenizer = self.processing_class
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if self.use_vllm:  # TRL builds no transformers generation config for vLLM runs
+            config = GenerationConfig(
+                do_sample=True,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                top_k=self.top_k,
+                pad_token_id=pad,
+                eos_token_id=self.eos_token_ids,
+            )
+            overrides = None
+        else:
+            config, overrides = self.generation_config, self.generation_kwargs
+
+        def generate(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+            device = self.accelerator.device
+            width = max(len(ids) for ids in batch)
+            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            attention = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, ids in enumerate(batch):
+                input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                attention[row, width - len(ids) :] = 1
+            with (
+                unwrap_model_for_generation(
+                    self.model_wrapped, self.accelerator, generation_kwargs=overrides
+                ) as model,
+                torch.no_grad(),
+            ):
+                out = model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention.to(device),
+                    generation_config=config,
+                    max_new_tokens=max_new_tokens,
+                )
+            return [row.tolist() for row in out[:, width:].cpu()]
+
+        return generate
+
+    def _trl_rollout_func(self, rollout: Rollout) -> Callable[[list[Any], Any], dict[str, Any]]:
+        """``rollout`` in TRL's ``rollout_func(prompts, trainer) -> dict`` form.
+
+        TRL passes this process's ``B`` prompts (each already repeated per generation) and reads
+        ``prompt_ids``, ``completion_ids``, ``logprobs`` (``None``: no importance-sampling
+        correction) and ``env_mask`` (multiplied into the loss mask); every other key reaches the
+        reward functions as a column.
+        """
+
+        def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+            batch = rollout(prompts, self.rollout_context())
+            return self._trl_rollout_output(batch, len(prompts))
+
+        rollout_func.__name__ = getattr(rollout, "__name__", "rollout")
+        return rollout_func
+
+    @staticmethod
+    def _trl_rollout_output(batch: RolloutBatch, n_prompts: int) -> dict[str, Any]:
+        if len(batch.prompt_ids) != n_prompts:
+            raise ValueError(f"the rollout returned {len(batch.prompt_ids)} episodes for {n_prompts} prompts")
+        clash = _TRL_ROLLOUT_KEYS & set(batch.columns)
+        if clash:
+            raise ValueError(f"rollout columns {sorted(clash)} would shadow the trainer's own fields")
+        return {
+            "prompt_ids": batch.prompt_ids,
+            "completion_ids": batch.completion_ids,
+            "logprobs": None,
+            "env_mask": batch.env_mask,
+            **batch.columns,
+        }
+
+    # ------------------------------------------------------------------ advantage hook
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -148,9 +265,34 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         ):
             value = diag.get(key)
             if value is not None:
-                metrics[f"adv/{key.removeprefix('adv_')}"].append(float(value))
+                metrics[layout.adv_metric(key.removeprefix("adv_"))].append(float(value))
         for name, share in zip(self.reward_func_names, diag.get("share") or [], strict=False):
             if share is not None:  # undefined when no group has any spread in the advantages
-                metrics[f"adv/share/{name}"].append(float(share))
+                metrics[layout.adv_share(name)].append(float(share))
         if mode == "train":
             self.diag_accumulator.add(diag)
+
+    # ------------------------------------------------------------------ completion log
+
+    def completion_log(self) -> list[dict[str, Any]]:
+        """The last logged generation batch, one row per completion (``B_total`` rows at most).
+
+        Row: ``{"prompt": last prompt message's text, "completion": assistant text,
+        "rewards": {component: value or None}, "advantage": the advantage trained on}``.
+        """
+        logs = self._logs
+        prompts, completions = list(logs["prompt"]), list(logs["completion"])
+        advantages = list(logs["advantages"])
+        rewards = {name: list(values) for name, values in logs["rewards"].items()}
+        rows = []
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=False)):
+            last_user = prompt[-1]["content"] if isinstance(prompt, list) and prompt else str(prompt)
+            rows.append(
+                {
+                    "prompt": last_user,
+                    "completion": completion_text(completion),
+                    "rewards": {n: values[i] if i < len(values) else None for n, values in rewards.items()},
+                    "advantage": advantages[i] if i < len(advantages) else None,
+                }
+            )
+        return rows

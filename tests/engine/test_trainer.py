@@ -1,12 +1,14 @@
-"""The advantage hook: what TRL trains on is exactly the chosen method's output."""
+"""The TRL adapter: what TRL trains on is exactly the chosen method's output; completion log; rollouts."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 import mrbench.methods as methods
+from mrbench.core.rollout import RolloutBatch, RolloutContext
 from mrbench.engine.models import load_model, load_tokenizer
 from mrbench.engine.trainer import DiagnosticsAccumulator, MultiRewardGRPOTrainer
 
@@ -44,11 +46,8 @@ def _has_brace(prompts, completions, **kw):
     return [1.0 if "{" in c[0]["content"] else 0.0 for c in completions]
 
 
-def _trainer(model_dir, tmp_path, method: str, params: dict) -> _Recorder:
-    torch.manual_seed(0)
-    tok = load_tokenizer(str(model_dir))
-    rows = [{"prompt": [{"role": "user", "content": f"add {i} {i + 1}"}]} for i in range(8)]
-    cfg = GRPOConfig(
+def _config(tmp_path) -> GRPOConfig:
+    return GRPOConfig(
         output_dir=str(tmp_path),
         max_steps=2,
         per_device_train_batch_size=2 * G,
@@ -64,10 +63,20 @@ def _trainer(model_dir, tmp_path, method: str, params: dict) -> _Recorder:
         remove_unused_columns=False,
         seed=0,
     )
+
+
+def _rows() -> list[dict]:
+    return [{"prompt": [{"role": "user", "content": f"add {i} {i + 1}"}]} for i in range(8)]
+
+
+def _trainer(model_dir, tmp_path, method: str, params: dict) -> _Recorder:
+    torch.manual_seed(0)
+    tok = load_tokenizer(str(model_dir))
+    rows = _rows()
     return _Recorder(
         model=load_model(str(model_dir)),
         reward_funcs=[_length, _has_brace],
-        args=cfg,
+        args=_config(tmp_path),
         train_dataset=Dataset.from_list(rows),
         processing_class=tok,
         method_fn=methods.get_method(method).obj,
@@ -90,6 +99,10 @@ def test_other_method_replaces_advantages_and_logs(micro_model_dir, tmp_path):
     # The completion log shows the advantages that were trained on, not TRL's.
     logged = torch.tensor(list(trainer._logs["advantages"]))[-expected.numel() :]
     torch.testing.assert_close(logged, expected.float(), atol=1e-6, rtol=1e-6)
+    rows = trainer.completion_log()
+    assert len(rows) == len(trainer._logs["prompt"]) and rows[-1]["prompt"].startswith("add ")
+    assert set(rows[-1]["rewards"]) == {"_length", "_has_brace"}
+    torch.testing.assert_close(torch.tensor([r["advantage"] for r in rows])[-expected.numel() :], logged)
     history = {k for entry in trainer.state.log_history for k in entry}
     assert {"adv/sign_flip_vs_grpo", "adv/share/_length", "adv/frac_zero_var_groups"} <= history
     summary = trainer.diag_accumulator.summary(["_length", "_has_brace"])
@@ -104,3 +117,92 @@ def test_diagnostics_accumulator_skips_undefined_values():
     assert summary["corr_matrix"] == [[1.0, 0.5], [0.5, 1.0]]
     assert summary["share"] == [0.75, 0.5]
     assert DiagnosticsAccumulator().summary(["a"])["steps"] == 0
+
+
+# --------------------------------------------------------------------------- task rollouts
+
+ENV_TEXT = " [env]"
+
+
+def _one_turn_rollout(seen: list[RolloutContext]):
+    """A one-turn rollout with an environment suffix: model turn (mask 1), then ENV_TEXT (mask 0)."""
+
+    def rollout(prompts: list[list[dict]], context: RolloutContext) -> RolloutBatch:
+        seen.append(context)
+        tok = context.tokenizer
+        prompt_ids = [
+            tok(
+                tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
+                add_special_tokens=False,
+            )["input_ids"]
+            for p in prompts
+        ]
+        outputs = context.generate(prompt_ids, context.max_new_tokens)
+        env = tok(ENV_TEXT, add_special_tokens=False)["input_ids"]
+        completions, masks = [], []
+        for ids in outputs:
+            cut = next((k for k, t in enumerate(ids) if t in context.eos_token_ids), len(ids) - 1)
+            turn = list(ids[: cut + 1])
+            completions.append(turn + env)
+            masks.append([1] * len(turn) + [0] * len(env))
+        return RolloutBatch(
+            prompt_ids, completions, masks, columns={"episode": [f"e{i}" for i in range(len(prompts))]}
+        )
+
+    return rollout
+
+
+def _sees_env_and_column(prompts, completions, episode, **kw):
+    assert len(episode) == len(completions) and all(e.startswith("e") for e in episode)
+    return [1.0 if "[env]" in c[0]["content"] else 0.0 for c in completions]
+
+
+def test_task_rollout_runs_as_trl_rollout_func(micro_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # TRL flags every rollout_func as experimental
+    torch.manual_seed(0)
+    tok = load_tokenizer(str(micro_model_dir))
+    seen: list[RolloutContext] = []
+    trainer = MultiRewardGRPOTrainer(
+        model=load_model(str(micro_model_dir)),
+        reward_funcs=[_sees_env_and_column, _has_brace],
+        args=_config(tmp_path),
+        train_dataset=Dataset.from_list(_rows()),
+        processing_class=tok,
+        method_fn=methods.get_method("grpo").obj,
+        rollout=_one_turn_rollout(seen),
+    )
+    trainer.train()
+    context = seen[0]
+    assert context.tokenizer is trainer.processing_class and context.max_new_tokens == 12
+    assert (
+        tok.eos_token_id in context.eos_token_ids and context.max_length == 256
+    )  # the micro model's context
+    logs = trainer.state.log_history[0]
+    assert logs["rewards/_sees_env_and_column/mean"] == 1.0  # the columns and env tokens reached the rewards
+    # TRL counts only the model's tokens (mask 1) in the completion lengths it logs.
+    assert logs["completions/max_length"] <= 12
+
+
+def test_rollout_output_is_checked_before_trl_reads_it():
+    batch = RolloutBatch([[1], [2]], [[3], [4]], [[1], [1]], columns={"outcome": ["a", "b"]})
+    out = MultiRewardGRPOTrainer._trl_rollout_output(batch, 2)
+    assert out["logprobs"] is None and out["env_mask"] == [[1], [1]] and out["outcome"] == ["a", "b"]
+    with pytest.raises(ValueError, match="2 episodes for 3 prompts"):
+        MultiRewardGRPOTrainer._trl_rollout_output(batch, 3)
+    clash = RolloutBatch([[1]], [[3]], [[1]], columns={"logprobs": [0.0]})
+    with pytest.raises(ValueError, match="shadow"):
+        MultiRewardGRPOTrainer._trl_rollout_output(clash, 1)
+
+
+def test_rollout_and_rollout_func_exclude_each_other(micro_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="not both"):
+        MultiRewardGRPOTrainer(
+            model=load_model(str(micro_model_dir)),
+            reward_funcs=[_has_brace],
+            args=_config(tmp_path),
+            train_dataset=Dataset.from_list(_rows()),
+            processing_class=load_tokenizer(str(micro_model_dir)),
+            method_fn=methods.get_method("grpo").obj,
+            rollout=_one_turn_rollout([]),
+            rollout_func=lambda prompts, trainer: {},
+        )

@@ -1,4 +1,4 @@
-"""Multi-turn GRPO rollouts through TRL 1.16's ``rollout_func``.
+"""Multi-turn GRPO rollouts: the task's :data:`~mrbench.core.rollout.Rollout`, run as TRL's ``rollout_func``.
 
 **Why ``rollout_func`` and not TRL's tool loop.** TRL 1.16 offers two ways to train on tool
 use. ``tools=`` / ``environment_factory=`` run TRL's ``_tool_call_loop``: it needs a chat
@@ -9,10 +9,12 @@ generic Qwen-like template, a locally trained BPE), our calls use the tool-calli
 ``<tool_call>`` lines with ``"parameters"``, and TRL's loop cannot express our defined
 terminations (an unknown tool or a tool exception becomes an ``{"error": …}`` result and the
 loop goes on; there is no per-episode turn limit). ``rollout_func`` lets the task run the
-episodes itself and hand TRL the token ids, which is what this module does.
+episodes itself and hand TRL the token ids, which is what this module does. It sees only a
+:class:`~mrbench.core.rollout.RolloutContext` (tokenizer, policy sampler, budgets); the engine's
+trainer builds that context and adapts the rollout to TRL's signature.
 
-**What the rollout returns** (one entry per prompt TRL passes in; TRL's sampler has already
-repeated each prompt ``num_generations`` times):
+**What the rollout returns** (a :class:`~mrbench.core.rollout.RolloutBatch`, one episode per
+prompt passed in; TRL's sampler has already repeated each prompt ``num_generations`` times):
 
 - ``prompt_ids`` — the chat-templated system + user messages;
 - ``completion_ids`` — the model's turns *and* the tool results between them, concatenated
@@ -20,18 +22,16 @@ repeated each prompt ``num_generations`` times):
   loop computes them: render a dummy exchange with and without the tool messages and diff);
 - ``env_mask`` — 1 on the model's tokens, 0 on tool-result tokens: TRL multiplies it into the
   loss mask, so only the model's own tokens are trained;
-- ``logprobs`` — ``None`` (no vLLM importance-sampling correction);
-- extra fields ``outcome`` (the live episode's judgement, JSON) and ``turns`` (the model's
-  messages, JSON), which TRL forwards to the reward functions as columns.
+- columns ``outcome`` (the live episode's judgement, JSON) and ``turns`` (the model's
+  messages, JSON), which reach the reward functions.
 
-**Bridges.** (1) TRL hands ``rollout_func`` the prompts only, not the dataset rows, so each
-sample's first prompt message carries its scenario id under ``"scenario_id"`` (chat templates
-ignore the key; ``datasets`` keeps it); prompts without it are looked up by their text.
-(2) Generation uses the training model through transformers (``trainer.generation_config``:
-temperature, top-p, …), batched over the live episodes each turn; with ``use_vllm`` the
-rollout still generates with transformers. (3) ``GRPOConfig.max_completion_length`` is read as
-the *per-turn* budget; an episode also stops (``budget``) before it would outgrow the model's
-context.
+**Bridges.** (1) The rollout gets the prompts only, not the dataset rows, so each sample's
+first prompt message carries its scenario id under ``"scenario_id"`` (chat templates ignore the
+key; ``datasets`` keeps it); prompts without it are looked up by their text. (2) Generation is
+the context's sampler (the training model with the run's temperature, top-p, …), batched over
+the live episodes each turn. (3) The context's ``max_new_tokens``
+(``GRPOConfig.max_completion_length``) is the *per-turn* budget; an episode also stops
+(``budget``) before it would outgrow the model's context (``max_length``).
 """
 
 from __future__ import annotations
@@ -41,10 +41,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mrbench.core.contracts import Message
+from mrbench.core.rollout import Rollout, RolloutBatch, RolloutContext, TokenGenerate
 from mrbench.tasks.agent_security.episode import Environment, Episode, EpisodeResult, Limits
-
-TokenGenerate = Callable[[list[list[int]], int], list[list[int]]]
-"""``(prompt id lists, max_new_tokens) -> generated id lists`` (sampling; trailing EOS kept)."""
 
 
 def chat_ids(tokenizer: Any, messages: Sequence[Message], *, add_generation_prompt: bool) -> list[int]:
@@ -124,83 +122,31 @@ def run_token_episodes(
     return prompt_ids, completion_ids, env_mask, [ep.result() for ep in episodes]
 
 
-def hf_generate(trainer: Any) -> TokenGenerate:
-    """Sampling with the trainer's model and generation config (left-padded batches)."""
-    import torch
-    from transformers import GenerationConfig
-    from trl.models.utils import unwrap_model_for_generation
+def make_rollout(environment_for_prompt: Callable[[list[Message]], Environment], limits: Limits) -> Rollout:
+    """The task's :data:`~mrbench.core.rollout.Rollout`: one live episode per prompt.
 
-    tokenizer = trainer.processing_class
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    config = getattr(trainer, "generation_config", None)
-    if config is None:  # vLLM runs have no transformers generation config: sample with the same settings
-        config = GenerationConfig(
-            do_sample=True,
-            temperature=trainer.temperature,
-            top_p=trainer.top_p,
-            top_k=trainer.top_k,
-            pad_token_id=pad,
-            eos_token_id=trainer.eos_token_ids,
-        )
-
-    def generate(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        device = trainer.accelerator.device
-        width = max(len(ids) for ids in batch)
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, ids in enumerate(batch):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
-        with (
-            unwrap_model_for_generation(
-                trainer.model_wrapped,
-                trainer.accelerator,
-                generation_kwargs=getattr(trainer, "generation_kwargs", None),
-            ) as model,
-            torch.no_grad(),
-        ):
-            out = model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention.to(device),
-                generation_config=config,
-                max_new_tokens=max_new_tokens,
-            )
-        return [row.tolist() for row in out[:, width:].cpu()]
-
-    return generate
-
-
-def make_rollout_func(
-    environment_for_prompt: Callable[[list[Message]], Environment],
-    limits: Limits,
-    generate_factory: Callable[[Any], TokenGenerate] = hf_generate,
-) -> Callable[[list[Any], Any], dict[str, Any]]:
-    """A TRL ``rollout_func(prompts, trainer) -> dict`` running one episode per prompt.
-
-    ``generate_factory(trainer)`` makes the token generator (default: the trainer's model).
+    ``environment_for_prompt(prompt)`` builds the fresh environment an episode runs in.
     """
 
-    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        tokenizer = trainer.processing_class
+    def agent_security_rollout(prompts: list[list[Message]], context: RolloutContext) -> RolloutBatch:
         envs = [environment_for_prompt(p) for p in prompts]
-        config = getattr(trainer.model, "config", None)
         prompt_ids, completion_ids, env_mask, results = run_token_episodes(
             envs,
-            tokenizer,
-            generate_factory(trainer),
+            context.tokenizer,
+            context.generate,
             limits=limits,
-            max_new_tokens=trainer.max_completion_length,
-            eos_token_ids=trainer.eos_token_ids,
-            max_length=getattr(config, "max_position_embeddings", None),
+            max_new_tokens=context.max_new_tokens,
+            eos_token_ids=context.eos_token_ids,
+            max_length=context.max_length,
         )
-        return {
-            "prompt_ids": prompt_ids,
-            "completion_ids": completion_ids,
-            "logprobs": None,
-            "env_mask": env_mask,
-            "outcome": [json.dumps(r.outcome()) for r in results],
-            "turns": [json.dumps(r.turns) for r in results],
-        }
+        return RolloutBatch(
+            prompt_ids=prompt_ids,
+            completion_ids=completion_ids,
+            env_mask=env_mask,
+            columns={
+                "outcome": [json.dumps(r.outcome()) for r in results],
+                "turns": [json.dumps(r.turns) for r in results],
+            },
+        )
 
-    rollout_func.__name__ = "agent_security_rollout"
-    return rollout_func
+    return agent_security_rollout

@@ -1,18 +1,24 @@
-"""Multi-turn training rollouts: token assembly, the env mask, and a real ``trl.GRPOTrainer`` step."""
+"""Multi-turn training rollouts: token assembly, the env mask, and real GRPO steps through TRL.
+
+The training steps run the engine's trainer (a ``trl.GRPOTrainer`` subclass), which builds the
+rollout's context and runs the task's rollout as TRL's ``rollout_func``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
 
 import pytest
 
+from mrbench.core.rollout import RolloutBatch, RolloutContext
 from mrbench.tasks.agent_security.episode import Limits, replay
 from mrbench.tasks.agent_security.rewards import build_environment
 from mrbench.tasks.agent_security.rollout import (
     chat_ids,
-    make_rollout_func,
+    make_rollout,
     run_token_episodes,
     tool_suffix_ids,
 )
@@ -119,11 +125,14 @@ def test_generation_failure_is_caught(small_task: Any, tokenizer: Any) -> None:
 # --------------------------------------------------------------------------- a real GRPOTrainer
 
 
-def _train(task: Any, generator: Any, tmp_path: Any, rollout_func: Any, steps: int = 1) -> Any:
+def _train(task: Any, generator: Any, tmp_path: Any, rollout: Any, steps: int = 1) -> Any:
     """``steps`` GRPO steps of ``generator``'s random model (and tokenizer) on the task's first prompts."""
     import torch
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
+
+    import mrbench.methods as methods
+    from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
     torch.set_num_threads(1)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -147,13 +156,14 @@ def _train(task: Any, generator: Any, tmp_path: Any, rollout_func: Any, steps: i
         seed=0,
         disable_tqdm=True,
     )
-    trainer = GRPOTrainer(
+    trainer = MultiRewardGRPOTrainer(
         model=generator.model,
         reward_funcs=[c.fn for c in task.reward_components()],
         args=args,
         train_dataset=dataset,
         processing_class=generator.tokenizer,
-        rollout_func=rollout_func,
+        method_fn=methods.get_method("grpo").obj,
+        rollout=rollout,
     )
     trainer.train()
     return trainer
@@ -163,43 +173,40 @@ def test_grpo_trainer_trains_on_multi_turn_rollouts(
     small_task: Any, tokenizer: Any, random_generator: Any, tmp_path: Any
 ) -> None:
     """Scripted turns through the real trainer: multi-turn completions with tool tokens masked."""
-    captured: list[dict[str, Any]] = []
+    captured: list[RolloutBatch] = []
 
-    def scripted_factory(trainer: Any) -> Any:
-        # Half of the rollouts follow the gold plan (utility 1), half emit garbage (utility 0).
-        def generate(batch: list[list[int]], n: int) -> list[list[int]]:
-            out = []
-            for k, ids in enumerate(batch):
-                text = tokenizer.decode(ids)
-                user = text.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
-                sample = next(s for s in small_task.train_samples() if s.prompt[1]["content"] == user)
-                scenario = Scenario.from_json(sample.columns["scenario"])
-                turn = text.count("<|im_start|>assistant") - 1
-                good = k % 2 == 0 or turn > 0  # at turn 0 every group gets both kinds
-                plan = scenario.gold if good else ["no"]
-                reply = tokenizer(plan[min(turn, len(plan) - 1)], add_special_tokens=False)["input_ids"]
-                out.append([*reply, tokenizer.eos_token_id])
-            return out
+    # Half of the rollouts follow the gold plan (utility 1), half emit garbage (utility 0).
+    def generate(batch: list[list[int]], n: int) -> list[list[int]]:
+        out = []
+        for k, ids in enumerate(batch):
+            text = tokenizer.decode(ids)
+            user = text.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+            sample = next(s for s in small_task.train_samples() if s.prompt[1]["content"] == user)
+            scenario = Scenario.from_json(sample.columns["scenario"])
+            turn = text.count("<|im_start|>assistant") - 1
+            good = k % 2 == 0 or turn > 0  # at turn 0 every group gets both kinds
+            plan = scenario.gold if good else ["no"]
+            reply = tokenizer(plan[min(turn, len(plan) - 1)], add_special_tokens=False)["input_ids"]
+            out.append([*reply, tokenizer.eos_token_id])
+        return out
 
-        return generate
+    base = make_rollout(small_task.environment_for_prompt, small_task.limits)
 
-    base = make_rollout_func(small_task.environment_for_prompt, small_task.limits, scripted_factory)
-
-    def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        out = base(prompts, trainer)
+    def rollout(prompts: list[Any], context: RolloutContext) -> RolloutBatch:
+        out = base(prompts, dataclasses.replace(context, generate=generate))
         captured.append(out)
         return out
 
     trainer = _train(small_task, random_generator(tokenizer), tmp_path, rollout)
     out = captured[0]
-    assert len(out["completion_ids"]) == 8
-    assert any(0 in m for m in out["env_mask"])  # tool results were inserted and masked
-    outcomes = [json.loads(o) for o in out["outcome"]]
+    assert len(out.completion_ids) == 8
+    assert any(0 in m for m in out.env_mask)  # tool results were inserted and masked
+    outcomes = [json.loads(o) for o in out.columns["outcome"]]
     assert {o["termination"] for o in outcomes} >= {"answered"}
     logs = trainer.state.log_history[0]
     assert "rewards/utility/mean" in logs and "rewards/safety/mean" in logs
     # TRL counts only model tokens (env_mask = 1) in the completion length it logs.
-    model_tokens = [sum(m) for m in out["env_mask"]]
+    model_tokens = [sum(m) for m in out.env_mask]
     assert logs["completions/mean_length"] == pytest.approx(sum(model_tokens) / len(model_tokens))
 
 
@@ -208,7 +215,7 @@ def test_grpo_trainer_with_the_model_generating(
 ) -> None:
     """The default rollout: the (random) model samples every turn through transformers."""
     hooks = small_task.training_hooks()
-    trainer = _train(small_task, random_generator(tokenizer), tmp_path, hooks["rollout_func"])
+    trainer = _train(small_task, random_generator(tokenizer), tmp_path, hooks["rollout"])
     logs = trainer.state.log_history[0]
     assert logs["rewards/utility/mean"] == 0.0  # a random model solves nothing…
     assert "loss" in logs  # …but the step ran end to end
