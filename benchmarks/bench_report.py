@@ -4,7 +4,7 @@
     python benchmarks/bench_report.py --keep /tmp/bench-store   # reuse/keep the store between runs
 
 The store is filled with complete fake cell runs in the exact MLflow layout of a real sweep
-(:func:`fakes.synthetic_sweep`: tags, params, 30 steps of per-component rewards and
+(:func:`fakes.synthetic_sweep` in ``tests/``: tags, params, 30 steps of per-component rewards and
 advantage diagnostics, eval before/after, ``diagnostics.json``): 10 method variants × 3 tasks ×
 10 models = 300 cells, × 3 seeds = 900 runs. Building it is not timed. The timed part is the
 real command in a fresh process (``python -m mrbench.cli.app report …``), imports included.
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 TARGET_S = 30.0
+TESTS = Path(__file__).resolve().parents[1] / "tests"
 METHODS = [
     "grpo",
     "dr-grpo",
@@ -61,6 +62,7 @@ def build_store(folder: Path, steps: int) -> str:
         print(f"reusing the synthetic store in {folder}")
         return uri
     os.environ["MRBENCH_RESULTS"] = str(folder)  # artifacts of the fake runs go under the store folder
+    sys.path.insert(0, str(TESTS))  # the fake runs' writer is test code (tests/fakes.py)
     from fakes import synthetic_sweep
 
     t0 = time.perf_counter()

@@ -1,8 +1,9 @@
 """One sweep cell in its own process: ``python -m mrbench.sweeps.cell_process PAYLOAD.json``.
 
-The payload (written by :func:`mrbench.sweeps.orchestrator.cell_payload`) names the spec class and the cell
-function by ``"module:attr"``, the tracking store, experiment and parent run, the thread budget
-and where to write the result. Exit codes: 0 FINISHED, 1 FAILED, 130 KILLED (SIGINT).
+The payload (written by :func:`cell_payload`, in JSON) names the spec class and the cell function
+by ``"module:attr"``, the tracking store, experiment and parent run, the thread budget and where
+to write the result. Exit codes: 0 FINISHED, 1 FAILED, 130 KILLED (SIGINT). A Ray task runs the
+same :func:`run_payload` (:mod:`mrbench.sweeps.executors.ray`).
 
 A worker must not outlive its sweep: if the sweep process dies (even by ``kill -9``) the worker
 gets SIGINT, so its run ends KILLED and a resumed sweep runs the cell again instead of racing
@@ -20,6 +21,11 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from mrbench.sweeps.cell import Cell, CellContext, load_callable
+
+EXIT_FINISHED, EXIT_FAILED, EXIT_KILLED = 0, 1, 130
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def _interrupt_once(signum: int, frame: Any) -> None:
@@ -57,16 +63,37 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
+def cell_payload(
+    cell: Cell, ctx: CellContext, fn_path: str, threads: int, result: Path | None
+) -> dict[str, Any]:
+    """What a worker (process or Ray task) needs to run ``cell``: JSON-ready.
+
+    ``fn_path`` is the cell function's ``"module:attr"``; ``threads`` the worker's thread budget;
+    ``result`` where :func:`main` writes the outcome (None for a Ray task, which returns it).
+    """
+    spec_cls = type(cell.spec)
+    return {
+        "spec": cell.spec.to_dict(),
+        "spec_class": f"{spec_cls.__module__}:{spec_cls.__qualname__}",
+        "cell_fn": fn_path,
+        "tracking_uri": ctx.tracking_uri,
+        "experiment": ctx.experiment,
+        "parent_run_id": ctx.parent_run_id,
+        "sweep": ctx.sweep,
+        "threads": threads,
+        "result": str(result) if result else None,
+        "parent_pid": os.getpid(),
+    }
+
+
 def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """Run the cell described by ``payload``; return ``{"status", "run_id", "wall_s", "error"}``.
 
     KeyboardInterrupt propagates (the cell function has ended its run KILLED).
     """
-    from mrbench.sweeps.orchestrator import load_callable
-
     threads = int(payload.get("threads") or 0)
     if threads:
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        for var in THREAD_VARS:
             os.environ[var] = str(threads)
     spec_cls = load_callable(payload["spec_class"])
     cell_fn = load_callable(payload["cell_fn"])
@@ -124,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         result_path.write_text(json.dumps(result))
     if result["status"] == "FAILED":
         print(f"cell failed: {result['error']}", file=sys.stderr)
-    return {"FINISHED": 0, "KILLED": 130}.get(result["status"], 1)
+    return {"FINISHED": EXIT_FINISHED, "KILLED": EXIT_KILLED}.get(result["status"], EXIT_FAILED)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,19 @@ from fakes import fake_cell, fake_resolve_spec
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
+from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.engine.config import resolve_spec
-from mrbench.sweeps.orchestrator import Cell, SweepOutcome, expand_grid, print_grid, run_sweep
+from mrbench.sweeps.cell import Cell, CellContext, callable_path
+from mrbench.sweeps.cell_process import cell_payload
+from mrbench.sweeps.grid import expand_grid, print_grid
+from mrbench.sweeps.orchestrator import SweepOutcome, run_sweep
 from mrbench.sweeps.spec import SweepSpec
 
 REPO = Path(__file__).resolve().parents[2]
+FAKE_SWEEP_CLI = Path(__file__).with_name("fake_sweep_cli.py")
+ROLE, SWEEP, HOST, PID = (layout.tag(n) for n in (layout.ROLE, layout.SWEEP, layout.HOST, layout.PID))
+RUN_KEY = layout.tag(layout.RUN_KEY)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +111,7 @@ def child_statuses(uri: str, name: str) -> dict[str, list[str]]:
         [experiment.experiment_id], max_results=5000, order_by=["attributes.start_time ASC"]
     )
     for run in runs:
-        key = run.data.tags.get("mrbench.run_key")
+        key = run.data.tags.get(RUN_KEY)
         if key:
             out[key].append(run.info.status)
     return dict(out)
@@ -116,7 +123,7 @@ def parent_runs(uri: str, name: str) -> list[Any]:
     runs = client.search_runs(
         [experiment.experiment_id], max_results=100, order_by=["attributes.start_time ASC"]
     )
-    return [r for r in runs if r.data.tags.get("mrbench.role") == "sweep"]
+    return [r for r in runs if r.data.tags.get(ROLE) == layout.ROLE_SWEEP]
 
 
 def assert_exactly_once_finished(uri: str, name: str, keys: list[str]) -> None:
@@ -193,6 +200,22 @@ def test_dry_run_prints_the_grid_and_touches_no_store(tmp_path: Path) -> None:
     assert calls == [] and not (tmp_path / "never.db").exists()
 
 
+def test_real_cli_dry_run_lists_the_real_cells(tmp_path: Path) -> None:
+    # The product command line, with its default resolver (the fake driver covers running cells).
+    argv = ["--methods", "grpo,gdpo", "--tasks", "tool-calling", "--models", "tiny", "--seeds", "0"]
+    db = tmp_path / "never.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mrbench", "sweep", "--dry-run", *argv, "--tracking-uri", f"sqlite:///{db}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    key = resolve_spec("gdpo", "tool-calling", "tiny", 0).run_key()
+    assert "dry run: 2 cells" in proc.stdout and key in proc.stdout and not db.exists()
+
+
 # ---------------------------------------------------------------------------------------- resume
 
 
@@ -203,8 +226,8 @@ def test_sweep_runs_every_cell_once_and_a_rerun_skips_all(store: str) -> None:
     assert_exactly_once_finished(store, "full", keys)
     parent = parent_runs(store, "full")[0]
     assert parent.info.status == "FINISHED"
-    assert parent.data.tags["mrbench.sweep"] == "full" and parent.data.params["methods"] == "grpo,gdpo"
-    assert parent.data.tags["mrbench.version.mlflow"]
+    assert parent.data.tags[SWEEP] == "full" and parent.data.params["methods"] == "grpo,gdpo"
+    assert parent.data.tags[layout.tag(layout.VERSION + "mlflow")]
 
     t0 = time.perf_counter()
     again = sweep(small("full"), store)
@@ -240,17 +263,12 @@ def test_stale_running_and_killed_runs_are_marked_and_rerun(store: str) -> None:
     # plus a child an earlier Ctrl-C ended KILLED.
     dead_parent = client.create_run(
         experiment_id,
-        tags={
-            "mrbench.role": "sweep",
-            "mrbench.sweep": "stale",
-            "mrbench.host": "elsewhere",
-            "mrbench.pid": "1",
-        },
+        tags={ROLE: layout.ROLE_SWEEP, SWEEP: "stale", HOST: "elsewhere", PID: "1"},
     )
     client.create_run(
-        experiment_id, tags={"mrbench.run_key": cells[0].key, "mlflow.parentRunId": dead_parent.info.run_id}
+        experiment_id, tags={RUN_KEY: cells[0].key, layout.PARENT_RUN_TAG: dead_parent.info.run_id}
     )
-    killed = client.create_run(experiment_id, tags={"mrbench.run_key": cells[1].key})
+    killed = client.create_run(experiment_id, tags={RUN_KEY: cells[1].key})
     client.set_terminated(killed.info.run_id, "KILLED")
 
     outcome = sweep(spec, store)
@@ -271,12 +289,7 @@ def test_a_live_invocation_of_the_same_sweep_is_refused(store: str) -> None:
     # This test process stands in for a sweep that is still running on this host.
     client.create_run(
         experiment_id,
-        tags={
-            "mrbench.role": "sweep",
-            "mrbench.sweep": "live",
-            "mrbench.host": socket.gethostname(),
-            "mrbench.pid": str(os.getppid()),
-        },
+        tags={ROLE: layout.ROLE_SWEEP, SWEEP: "live", HOST: socket.gethostname(), PID: str(os.getppid())},
     )
     with pytest.raises(UserError, match="already running here"):
         sweep(small("live"), store)
@@ -357,19 +370,15 @@ def test_worker_process_failure_is_recorded(store: str, monkeypatch: pytest.Monk
 
 
 def cli_sweep(uri: str, name: str, *extra: str) -> list[str]:
+    """The real ``mrbench sweep`` command line, run by :mod:`fake_sweep_cli` with fake cells."""
     return [
         sys.executable,
-        "-m",
-        "mrbench.cli.app",
+        str(FAKE_SWEEP_CLI),
         "sweep",
         "--name",
         name,
         "--tracking-uri",
         uri,
-        "--cell-fn",
-        "fakes:fake_cell",
-        "--resolve-fn",
-        "fakes:fake_resolve_spec",
         "--methods",
         "grpo,gdpo,corrgrpo",
         "--tasks",
@@ -431,8 +440,6 @@ def test_worker_hit_by_two_sigints_still_ends_its_run_killed(store: str, tmp_pat
     # Ctrl-C to the process group and the sweep's own signal). The second must not interrupt
     # the handler that ends the run KILLED.
     import json
-
-    from mrbench.sweeps.orchestrator import CellContext, cell_payload
 
     client = MlflowClient(tracking_uri=store)
     client.create_experiment("twice")
@@ -533,8 +540,6 @@ def test_ray_executor_runs_cells_as_ray_tasks(store: str) -> None:
 
 
 def test_ray_missing_or_local_cell_functions_give_clear_errors(store: str) -> None:
-    from mrbench.sweeps.orchestrator import callable_path
-
     with pytest.raises(UserError, match="module-level function"):
         callable_path(lambda spec: spec)
     assert callable_path(fake_cell) == "fakes:fake_cell"

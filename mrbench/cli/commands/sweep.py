@@ -3,12 +3,42 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+if TYPE_CHECKING:
+    from mrbench.sweeps.cell import CellFn, ResolveFn
 
-def register(app: typer.Typer) -> None:
+
+def sweep(
+    *,
+    preset: str | None = None,
+    config: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    tracking_uri: str | None = None,
+    dry_run: bool = False,
+    cell_fn: CellFn | None = None,
+    resolve: ResolveFn | None = None,
+) -> int:
+    """The body of ``mrbench sweep``: build the sweep from the preset, the YAML file and the
+    command-line ``overrides``, run it, return its exit code (0, 1 if a cell failed, 130 after Ctrl-C).
+
+    ``cell_fn`` and ``resolve`` default to training real cells
+    (see :func:`mrbench.sweeps.orchestrator.run_sweep`).
+    """
+    from mrbench.sweeps.orchestrator import run_sweep
+    from mrbench.sweeps.spec import build_sweep_spec
+
+    spec = build_sweep_spec(preset=preset, config=config, overrides=overrides or {})
+    outcome = run_sweep(spec, tracking_uri=tracking_uri, dry_run=dry_run, cell_fn=cell_fn, resolve=resolve)
+    return outcome.exit_code
+
+
+def register(app: typer.Typer, *, cell_fn: CellFn | None = None, resolve: ResolveFn | None = None) -> None:
+    """Add ``sweep`` to ``app``; its cells run ``cell_fn`` over specs from ``resolve`` (default: real
+    training over :func:`mrbench.engine.config.resolve_spec`)."""
+
     @app.command("sweep")
     def sweep_cmd(
         preset: Annotated[
@@ -16,7 +46,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("--preset", help="smoke (default), cpu (tiny ladder × 3 seeds) or paper (GPUs)."),
         ] = None,
         config: Annotated[
-            Path | None, typer.Option("--config", help="Sweep YAML file (keys: see harness/sweep_spec.py).")
+            Path | None, typer.Option("--config", help="Sweep YAML file (keys: see mrbench/sweeps/spec.py).")
         ] = None,
         methods: Annotated[str | None, typer.Option("--methods", help="Comma-separated methods.")] = None,
         tasks: Annotated[str | None, typer.Option("--tasks", help="Comma-separated tasks.")] = None,
@@ -54,16 +84,11 @@ def register(app: typer.Typer) -> None:
         no_report: Annotated[
             bool, typer.Option("--no-report", help="Do not write the report at the end.")
         ] = False,
-        cell_fn: Annotated[str | None, typer.Option("--cell-fn", hidden=True)] = None,
-        resolve_fn: Annotated[str | None, typer.Option("--resolve-fn", hidden=True)] = None,
     ) -> None:
         """Run every cell of a sweep (skipping FINISHED ones), then write reports/<name>/report.md.
 
         Rerun the same command to resume after a crash or Ctrl-C.
         """
-        from mrbench.sweeps.orchestrator import load_callable, run_sweep
-        from mrbench.sweeps.spec import build_sweep_spec
-
         overrides = {
             "name": name,
             "methods": methods,
@@ -78,16 +103,16 @@ def register(app: typer.Typer) -> None:
             "gpus_per_cell": gpus_per_cell,
             "report": False if no_report else None,
         }
-        spec = build_sweep_spec(preset=preset, config=config, overrides=overrides)
-        outcome = run_sweep(
-            spec,
+        code = sweep(
+            preset=preset,
+            config=config,
+            overrides=overrides,
             tracking_uri=tracking_uri,
             dry_run=dry_run,
-            # Hidden options for tests: a fake cell / resolver in place of training (fakes).
-            cell_fn=load_callable(cell_fn) if cell_fn else None,
-            resolve=load_callable(resolve_fn) if resolve_fn else None,
+            cell_fn=cell_fn,
+            resolve=resolve,
         )
-        if outcome.exit_code:
+        if code:
             # SystemExit rather than typer.Exit: click returns (does not raise) Exit's code when the
             # app runs with standalone_mode=False, as mrbench.cli.app.main does, which would lose it.
-            raise SystemExit(outcome.exit_code)
+            raise SystemExit(code)

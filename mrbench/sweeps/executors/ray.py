@@ -14,14 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.sweeps.orchestrator import (
-    Cell,
-    CellContext,
-    CellOutcome,
-    SweepProgress,
-    callable_path,
-    cell_payload,
-)
+from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path
+from mrbench.sweeps.cell_process import cell_payload, run_payload
+from mrbench.sweeps.progress import SweepProgress
 
 
 def _import_ray() -> Any:
@@ -36,8 +31,6 @@ def _import_ray() -> Any:
 
 def _ray_cell(payload: dict[str, Any]) -> dict[str, Any]:
     """The Ray task body: run one cell from its payload (see :mod:`mrbench.sweeps.cell_process`)."""
-    from mrbench.sweeps.cell_process import run_payload
-
     return run_payload(payload)
 
 

@@ -1,0 +1,103 @@
+"""One sweep cell: what it runs (:class:`Cell`), where it logs (:class:`CellContext`), how it ended
+(:class:`CellOutcome`), and the ``"module:attr"`` paths by which worker processes import callables.
+
+Every other module of :mod:`mrbench.sweeps` imports this one, and it imports none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mrbench.core.errors import UserError
+
+CellFn = Callable[..., Any]
+"""Runs one cell: ``cell_fn(spec, *, tracking_uri, experiment, parent_run_id, sweep, progress)``."""
+ResolveFn = Callable[..., Any]
+"""Resolves one cell: ``resolve(method, task, model, seed, *, method_params, task_params, train)``."""
+
+DEFAULT_CELL_FN = "mrbench.engine.runner:run_cell"
+DEFAULT_RESOLVE_FN = "mrbench.engine.config:resolve_spec"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid cell: a resolved run spec and its run key."""
+
+    spec: Any  # mrbench.engine.config.RunSpec (or a compatible spec with run_key/to_dict/label)
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", self.spec.run_key())
+
+    @property
+    def label(self) -> str:
+        """``method|task|model|sSEED``."""
+        return f"{self.spec.method}|{self.spec.task}|{self.spec.model}|s{self.spec.seed}"
+
+    def summary(self) -> dict[str, Any]:
+        """The grid entry recorded in the parent run's sweep artifact."""
+        return {
+            "run_key": self.key,
+            "method": self.spec.method,
+            "task": self.spec.task,
+            "model": self.spec.model,
+            "seed": self.spec.seed,
+        }
+
+
+@dataclass(frozen=True)
+class CellContext:
+    """Where every cell of one invocation logs."""
+
+    tracking_uri: str
+    experiment: str
+    parent_run_id: str | None
+    sweep: str
+    cell_fn: CellFn
+    log_dir: Path
+
+
+@dataclass
+class CellOutcome:
+    """How one executed cell ended."""
+
+    cell: Cell
+    status: str  # FINISHED | FAILED | KILLED
+    run_id: str | None = None
+    wall_s: float = 0.0
+    error: str | None = None
+
+
+def error_text(exc: BaseException) -> str:
+    """``"Type: message"``, cut to under 500 characters (it is printed and kept per cell)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) < 500 else text[:497] + "..."
+
+
+def load_callable(path: str) -> Callable[..., Any]:
+    """``"module:attr"`` → the object; UserError naming the path if it cannot be imported."""
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise UserError(f"expected 'module:attr', got {path!r}")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"cannot load {path!r}: {exc}") from None
+    return obj
+
+
+def callable_path(fn: Callable[..., Any]) -> str:
+    """The ``"module:attr"`` path of a module-level function (worker processes import it by path)."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or module == "__main__" or "<locals>" in qualname:
+        raise UserError(
+            f"cell function {fn!r} must be a module-level function (worker processes import it by path)"
+        )
+    return f"{module}:{qualname}"

@@ -1,0 +1,155 @@
+"""Cells on this machine: one after another in this process, or up to ``workers`` at a time in
+worker processes (:mod:`mrbench.sweeps.cell_process`).
+
+In this process TRL's per-step bar stays visible. Each worker process gets ``cores // workers``
+threads and writes its output to ``<log_dir>/<cell>-<run key>.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
+from mrbench.sweeps.cell_process import EXIT_FINISHED, EXIT_KILLED, THREAD_VARS, cell_payload
+from mrbench.sweeps.progress import SweepProgress
+
+STOP_GRACE_S = 30.0  # how long a stopped worker may take to end its run KILLED before SIGKILL
+
+
+def run_sequential(cells: list[Cell], ctx: CellContext, progress: SweepProgress) -> Iterator[CellOutcome]:
+    """Run cells one after another in this process; a failing cell is recorded and the sweep goes on.
+    KeyboardInterrupt propagates (the cell function has ended its run KILLED)."""
+    for cell in cells:
+        progress.start(cell)
+        t0 = time.perf_counter()
+        try:
+            result = ctx.cell_fn(
+                cell.spec,
+                tracking_uri=ctx.tracking_uri,
+                experiment=ctx.experiment,
+                parent_run_id=ctx.parent_run_id,
+                sweep=ctx.sweep,
+                progress=True,
+            )
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            outcome = CellOutcome(cell, "FAILED", None, time.perf_counter() - t0, error_text(exc))
+        else:
+            outcome = CellOutcome(
+                cell,
+                getattr(result, "status", "FINISHED"),
+                getattr(result, "run_id", None),
+                time.perf_counter() - t0,
+            )
+        progress.finish(outcome)
+        yield outcome
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (affinity-aware)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def slug(text: str) -> str:
+    """``text`` safe as a file name.
+
+    >>> slug("grpo|tool-calling|Qwen/Qwen3-8B|s0")
+    'grpo_tool-calling_Qwen_Qwen3-8B_s0'
+    """
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+
+
+def run_processes(
+    cells: list[Cell], ctx: CellContext, workers: int, progress: SweepProgress
+) -> Iterator[CellOutcome]:
+    """Run up to ``workers`` cells at a time, each in ``python -m mrbench.sweeps.cell_process`` with
+    ``cores // workers`` threads; output goes to ``<log_dir>/<cell>.log``. On KeyboardInterrupt
+    every running child gets one SIGINT (its cell ends KILLED), then SIGKILL after 30 s."""
+    threads = max(1, available_cores() // workers)
+    fn_path = callable_path(ctx.cell_fn)
+    env = os.environ.copy()
+    for var in THREAD_VARS:
+        env[var] = str(threads)
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    ctx.log_dir.mkdir(parents=True, exist_ok=True)
+    queue = list(cells)
+    running: dict[subprocess.Popen[bytes], tuple[Cell, Path, Any, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="mrbench-sweep-") as tmp:
+        try:
+            while queue or running:
+                while queue and len(running) < workers:
+                    cell = queue.pop(0)
+                    payload = Path(tmp) / f"{cell.key}.json"
+                    result = Path(tmp) / f"{cell.key}.result.json"
+                    payload.write_text(json.dumps(cell_payload(cell, ctx, fn_path, threads, result)))
+                    log = (ctx.log_dir / f"{slug(cell.label)}-{cell.key}.log").open("wb")
+                    # Own session: a terminal Ctrl-C reaches only the sweep, which forwards exactly one
+                    # SIGINT (a second one could interrupt the child while it ends its run KILLED).
+                    proc = subprocess.Popen(
+                        [sys.executable, "-m", "mrbench.sweeps.cell_process", str(payload)],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                    )
+                    running[proc] = (cell, result, log, time.perf_counter())
+                    progress.start(cell)
+                for proc in [p for p in running if p.poll() is not None]:
+                    cell, result, log, t0 = running.pop(proc)
+                    log.close()
+                    outcome = _process_outcome(
+                        cell, proc.returncode, result, time.perf_counter() - t0, log.name
+                    )
+                    progress.finish(outcome)
+                    yield outcome
+                time.sleep(0.1)
+        except BaseException:
+            _stop_children(list(running))
+            for _cell, _result, log, _t0 in running.values():
+                log.close()
+            raise
+
+
+def _stop_children(procs: list[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S) -> None:
+    """One SIGINT to each live worker (it ends its run KILLED), then SIGKILL after ``grace_s``."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _process_outcome(cell: Cell, code: int, result: Path, wall_s: float, log: str) -> CellOutcome:
+    """The outcome a worker wrote to ``result``, or, if it wrote none, the one its exit code tells."""
+    data: dict[str, Any] = {}
+    if result.exists():
+        try:
+            data = json.loads(result.read_text())
+        except json.JSONDecodeError:
+            data = {}
+    # -SIGINT: the worker died of the signal itself, before its handler was installed.
+    by_code = {EXIT_FINISHED: "FINISHED", EXIT_KILLED: "KILLED", -signal.SIGINT: "KILLED"}
+    status = data.get("status") or by_code.get(code, "FAILED")
+    error = data.get("error")
+    if status != "FINISHED" and not error:
+        error = f"worker exited with code {code}; see {log}"
+    return CellOutcome(cell, status, data.get("run_id"), wall_s, error)

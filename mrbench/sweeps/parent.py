@@ -1,0 +1,111 @@
+"""The sweep's parent run: one per invocation, over the child runs of the cells it executes.
+
+Tags (names in :mod:`mrbench.core.layout`): role=sweep, the sweep name, the exact command line,
+the git sha, host and pid (to refuse a concurrent run of the same sweep), the preset, the
+unavailable tasks and ``version.<package>`` of every package that decides what a cell computes.
+Params: the sweep config, flattened. Artifact: the sweep file (config, command, versions, the
+grid's cells, unavailable tasks).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from mrbench.core import layout
+from mrbench.sweeps.cell import Cell
+from mrbench.sweeps.resume import search_all
+from mrbench.sweeps.spec import SweepSpec
+
+VERSION_PACKAGES = ("torch", "trl", "transformers", "accelerate", "datasets", "mlflow", "lm-eval", "numpy")
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages that decide what a cell computes."""
+    from importlib import metadata
+
+    versions = {}
+    for name in VERSION_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def _flat_params(spec: SweepSpec) -> dict[str, str]:
+    """The sweep config as MLflow params: nested keys joined with dots, lists comma-joined."""
+    flat: dict[str, str] = {}
+    for key, value in spec.to_dict().items():
+        if isinstance(value, dict):
+            for sub, inner in value.items():
+                if isinstance(inner, dict):
+                    for leaf, v in inner.items():
+                        flat[f"{key}.{sub}.{leaf}"] = str(v)
+                else:
+                    flat[f"{key}.{sub}"] = (
+                        ",".join(map(str, inner)) if isinstance(inner, list) else str(inner)
+                    )
+        else:
+            flat[key] = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return {k: v[:6000] for k, v in flat.items()}  # MLflow's limit on a param value
+
+
+def start_parent_run(
+    client: Any,
+    experiment_id: str,
+    spec: SweepSpec,
+    *,
+    command: str,
+    cells: list[Cell],
+    unavailable: dict[str, str],
+) -> str:
+    """Create this invocation's parent run (tags, config params, sweep artifact); return its id."""
+    from mlflow.entities import Param
+
+    from mrbench.engine.tracking import git_sha
+
+    versions = package_versions()
+    values = {
+        layout.ROLE: layout.ROLE_SWEEP,
+        layout.SWEEP: spec.name,
+        layout.COMMAND: command,
+        layout.GIT_SHA: git_sha(),
+        layout.HOST: socket.gethostname(),
+        layout.PID: str(os.getpid()),
+        layout.PRESET: spec.preset or "",
+        layout.UNAVAILABLE_TASKS: layout.join_list(list(unavailable)),
+        **{layout.VERSION + name: version for name, version in versions.items()},
+    }
+    tags = {layout.tag(name): value for name, value in values.items()}
+    run_id = client.create_run(experiment_id, tags=tags, run_name=f"sweep {spec.name}").info.run_id
+    client.log_batch(run_id, params=[Param(k, v) for k, v in _flat_params(spec).items()])
+    client.log_dict(
+        run_id,
+        {
+            "name": spec.name,
+            "command": command,
+            "config": spec.to_dict(),
+            "versions": versions,
+            "cells": [c.summary() for c in cells],
+            "unavailable": unavailable,
+        },
+        layout.SWEEP_ARTIFACT,
+    )
+    return run_id
+
+
+def finish_parent_run(client: Any, run_id: str, status: str) -> None:
+    """End the parent run with ``status`` (FINISHED, FAILED or KILLED)."""
+    client.set_terminated(run_id, status)
+
+
+def kill_running_children(client: Any, experiment_id: str, parent_run_id: str) -> int:
+    """Mark this invocation's still-RUNNING child runs KILLED (a worker that died without ending its run)."""
+    count = 0
+    for run in search_all(client, experiment_id, "attributes.status = 'RUNNING'"):
+        if run.data.tags.get(layout.PARENT_RUN_TAG) == parent_run_id:
+            client.set_terminated(run.info.run_id, "KILLED")
+            count += 1
+    return count
