@@ -2,7 +2,7 @@
 
 Each pair runs the suite's own ``GroundTruthPipeline`` through ``run_task_with_pipeline``
 (the injected environment, the ground-truth calls, the suite's utility and injection
-checkers), as ``mrbench.tasks.agent_security.agentdojo_suites.score_gold`` does. Target: ≤ 60 s wall
+checkers), as ``mrbench.tasks.agent_security.agentdojo_runner.score_gold`` does. Target: ≤ 60 s wall
 for the 949 pairs of one attack on a 2-core machine. The machine's load average is printed
 with the figure: other processes on the same cores slow it down proportionally.
 
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/bench_agentdojo.py " + " ".join(argv if argv is not None else sys.argv[1:])
     start = time.perf_counter()
     from mrbench.tasks.agent_security import agentdojo_suites as ad
+    from mrbench.tasks.agent_security.agentdojo_runner import score_gold
 
     ad.load_suites()
     loaded = time.perf_counter() - start
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {}
     for suite in ad.SUITES:  # one suite at a time so the table can show where the time goes
         t0 = time.perf_counter()
-        per_suite[suite] = ad.score_gold([c for c in cases if c.suite == suite], workers=args.workers)
+        per_suite[suite] = score_gold([c for c in cases if c.suite == suite], workers=args.workers)
         timings[suite] = time.perf_counter() - t0
     total = time.perf_counter() - start
 

@@ -1,21 +1,44 @@
-"""The Task protocol: what every task package provides to the harness.
+"""The task contract: what every task provides to the harness, and the types it is built from.
 
-A task is built by a registered factory (see :mod:`tasks`), e.g.::
+A task is a subclass of :class:`Task`, built by a factory function that the task registry
+(``mrbench.tasks.TASKS``) holds under the task's name. The built-in tasks register theirs
+lazily as ``"module:attr"`` (``"tool-calling"`` → ``"mrbench.tasks.tool_calling.task:tool_calling"``);
+a task from another package registers its factory with the ``register_task`` decorator::
 
-    @register_task("tool-calling")
-    def tool_calling(*, n_train: int = 512, n_eval: int = 64) -> Task: ...
+    from mrbench import Task, register_task
 
-The factory's keyword-only parameters are the task's settings; they are captured into the run
-key and MLflow params exactly like a method's hyper-parameters. Building the object may load
-data; importing the module must not.
+    @register_task("my-task")
+    def my_task(*, n_train: int = 512, n_eval: int = 64) -> MyTask: ...
+
+or through an entry point in the group ``mrbench.tasks`` (``my-task = "package.module:my_task"``),
+or is named ``"package.module:my_task"`` wherever a task name is expected (see :mod:`mrbench.tasks`).
+
+The factory's keyword-only parameters (each with a default) are the task's settings; the
+registry reads them from its signature, and they are captured into the run key and MLflow
+params exactly like a method's hyper-parameters. A factory raises ``ValueError`` for a bad
+setting value. Code builds a task by name one way, ``mrbench.tasks.build_task(name, settings)``:
+settings resolved and checked, a bad value reported as a :class:`~mrbench.core.errors.UserError`
+naming the task. Building the object may load data; importing the module must not.
+
+:class:`Task` declares what every task must provide (the abstract methods and the attributes
+``name``, ``version``, ``primary_metric``, ``max_completion_tokens``) and the optional hooks
+with their defaults, which a task overrides where it needs to: ``lower_is_better``,
+``train_defaults``, ``demos_keep_final_line``, :meth:`Task.training_hooks`, :meth:`Task.close`,
+and the ``mrbench score`` hooks :meth:`Task.score_datasets`, :meth:`Task.gold_items` and
+:meth:`Task.score_items` (by default they raise a :class:`~mrbench.core.errors.UserError`
+saying the task cannot be scored). The engine reads every hook as a plain attribute.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from mrbench.core.errors import UserError
 
 Message = dict[str, str]
 """One chat message: ``{"role": "system" | "user" | "assistant" | "tool", "content": str}``."""
@@ -65,6 +88,16 @@ class EvalResult:
     samples: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ScoredItem:
+    """The score of one ``mrbench score`` input item: reward per component (None = unscorable), status."""
+
+    id: str
+    rewards: dict[str, float | None]
+    status: str
+    error: str | None = None  # set when the item itself is invalid (unknown id, missing field, …)
+
+
 @runtime_checkable
 class Generator(Protocol):
     """Greedy chat generation from the model under evaluation (built by the harness)."""
@@ -77,41 +110,88 @@ class Generator(Protocol):
         ...
 
 
-@runtime_checkable
-class Task(Protocol):
-    """What the harness needs from a task.
+class Task(ABC):
+    """What the harness needs from a task; every task subclasses it (see the module docstring).
 
-    Optional attributes the harness reads when present: ``train_defaults`` (``TrainSettings``
-    overrides that suit the task on the tiny CPU models, applied before the caller's own
-    overrides; ``mrbench.engine.config.resolve_spec``) and ``demos_keep_final_line``
-    (``mrbench.engine.models.collect_demonstrations``).
+    Subclasses set the four required attributes (``name``, ``version``, ``primary_metric`` as
+    class attributes; ``max_completion_tokens`` may depend on the settings), implement the
+    abstract methods, and override the optional hooks below where their defaults do not fit.
     """
 
     name: str
+    """Registry name, e.g. ``"tool-calling"``."""
     version: str
-    primary_metric: str  # a key of EvalResult.metrics
-    lower_is_better: frozenset[str]  # metric names where smaller is better (e.g. attack success rate)
-    max_completion_tokens: int  # generation budget per completion during training and eval
+    """Bumped whenever samples, rewards or evaluation change meaning (logged with every run)."""
+    primary_metric: str
+    """A key of :attr:`EvalResult.metrics`: the number a report ranks methods by."""
+    max_completion_tokens: int
+    """Generation budget per completion (per assistant turn for multi-turn tasks), training and eval."""
+    lower_is_better: frozenset[str] = frozenset()
+    """Metric names where smaller is better (e.g. an attack success rate)."""
 
+    train_defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    """``TrainSettings`` overrides that suit the task (e.g. a smaller learning rate), applied
+    before the caller's own overrides (``mrbench.engine.config.resolve_spec``); read-only."""
+    demos_keep_final_line: ClassVar[bool] = False
+    """Keep every demonstration whole in the tiny models' warm start instead of leaving out the
+    final line of some (``mrbench.engine.models.collect_demonstrations``): for multi-turn tasks,
+    where a flaw per turn would compound over an episode."""
+
+    # -- required ----------------------------------------------------------------------------
+    @abstractmethod
     def train_samples(self) -> list[Sample]:
         """Training prompts (deterministic for given settings)."""
-        ...
 
+    @abstractmethod
     def eval_samples(self) -> list[Sample]:
         """Held-out prompts, disjoint from training."""
-        ...
 
+    @abstractmethod
     def reward_components(self) -> list[RewardComponent]:
         """The K components in a fixed order; this order is the K axis of the reward tensor."""
-        ...
 
+    @abstractmethod
     def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
         """``n`` (prompt, good assistant completion) pairs for the tiny models' SFT warm start."""
-        ...
 
+    @abstractmethod
     def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
         """Score greedy generations on ``samples`` (default: :meth:`eval_samples`)."""
-        ...
+
+    # -- optional hooks ------------------------------------------------------------------------
+    def training_hooks(self) -> dict[str, Any]:
+        """Extra keyword arguments for the engine's trainer, e.g. ``{"rollout": ...}`` (a
+        :data:`mrbench.core.rollout.Rollout` running multi-turn episodes); none by default."""
+        return {}
+
+    def close(self) -> None:
+        """Release what the task started (worker processes, …); called once the run is done with it."""
+        return  # most tasks hold nothing to release
+
+    # -- mrbench score -------------------------------------------------------------------------
+    def score_datasets(self) -> list[str]:
+        """Dataset names whose items the task can score (``--dataset`` must be one of them)."""
+        raise self._not_scorable()
+
+    def gold_items(self, dataset: str) -> list[dict[str, Any]]:
+        """The dataset's reference answers as input items (``--gold``)."""
+        raise self._not_scorable()
+
+    def score_items(self, items: list[dict[str, Any]]) -> list[ScoredItem]:
+        """One :class:`ScoredItem` per input item, in order.
+
+        Items are the JSON objects of the input file (at least ``dataset``, ``id`` and
+        ``completion``). A problem with one item (unknown dataset or id, a missing field) must
+        not stop the others: return its ``ScoredItem`` with ``status`` saying what went wrong,
+        empty ``rewards`` and ``error`` set to a clear message.
+        """
+        raise self._not_scorable()
+
+    def _not_scorable(self) -> UserError:
+        return UserError(
+            f"task {self.name!r} cannot be scored with `mrbench score`: it implements no "
+            "score_datasets / gold_items / score_items (see mrbench.core.contracts.Task)"
+        )
 
 
 def completion_text(completion: str | list[Message] | Any) -> str:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.core.registry import RegistryError
 
 RUN_KEY_VERSION = 1  # bump when the meaning of a spec field changes, to invalidate old run keys
 
@@ -72,10 +71,7 @@ class TrainSettings:
             if key not in values:
                 known = ", ".join(values)
                 raise UserError(f"unknown train setting {key!r}; known settings: {known}")
-            try:
-                values[key] = coerce_value(raw, values[key], key=key)
-            except RegistryError as exc:
-                raise UserError(str(exc)) from None
+            values[key] = coerce_value(raw, values[key], key=key)  # a bad value: RegistryError, a UserError
         return cls(**values)
 
 
@@ -159,11 +155,9 @@ def resolve_spec(
     import mrbench.tasks as tasks
     from mrbench.engine.models import validate_model_name
 
-    try:
-        resolved_method = methods.get_method(method).resolve_params(method_params)
-        resolved_task = tasks.get_task_entry(task).resolve_params(task_params)
-    except RegistryError as exc:
-        raise UserError(str(exc)) from None
+    # Unknown names and parameters raise RegistryError (a UserError) naming them.
+    resolved_method = methods.get_method(method).resolve_params(method_params)
+    resolved_task = tasks.get_task_entry(task).resolve_params(task_params)
     # Values too (n_eval=-1, an unknown attack style): building a task only checks its settings,
     # so a bad value stops here, before any store or run is touched.
     built = tasks.build_task(task, resolved_task)
@@ -173,7 +167,7 @@ def resolve_spec(
     if isinstance(train, TrainSettings):
         settings = train
     else:  # the task's own defaults (e.g. a smaller learning rate), then the caller's overrides
-        task_defaults = dict(getattr(built, "train_defaults", None) or {})
+        task_defaults = dict(built.train_defaults)
         try:
             TrainSettings.from_overrides(task_defaults)
         except UserError as exc:  # the task's own mistake, not the caller's

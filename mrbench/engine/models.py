@@ -144,14 +144,17 @@ def collect_demonstrations(
 
     demos: list[tuple[list[dict], str]] = []
     used: list[str] = []
-    for entry in tasks.TASKS:
+    for name in tasks.TASKS.builtin_names():
         try:
-            task = entry.obj(**entry.params)
+            task = tasks.build_task(name)
         except ImportError as exc:
-            log.warning("warm start: task %s unavailable (%s); not included", entry.name, exc)
+            log.warning("warm start: task %s unavailable (%s); not included", name, exc)
             continue
-        own = task.demonstrations(per_task, seed)
-        if drop_fraction > 0 and not getattr(task, "demos_keep_final_line", False):
+        try:
+            own = task.demonstrations(per_task, seed)
+        finally:
+            task.close()
+        if drop_fraction > 0 and not task.demos_keep_final_line:
             own = drop_final_lines(own, drop_fraction, seed=f"{seed}/{task.name}")
         demos.extend(own)
         used.append(f"{task.name}@{task.version}")

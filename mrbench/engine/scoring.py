@@ -1,16 +1,11 @@
-"""What ``mrbench score`` needs from a task, and the task-independent scoring machinery.
+"""The task-independent machinery of ``mrbench score``.
 
-A task becomes scorable by implementing three methods (the :class:`Scorable` protocol):
-
-``score_datasets() -> list[str]``
-    Dataset names whose items the task can score (``--dataset`` must be one of them).
-``gold_items(dataset) -> list[dict]``
-    The dataset's reference answers as input items (``--gold``).
-``score_items(items) -> list[ScoredItem]``
-    One :class:`ScoredItem` per input item, in order. Items are the JSON objects of the input
-    file (at least ``dataset``, ``id`` and ``completion``). A problem with one item (unknown
-    dataset or id, a missing field) must not stop the others: return its ``ScoredItem`` with
-    ``status`` saying what went wrong, empty ``rewards`` and ``error`` set to a clear message.
+A task becomes scorable by overriding the three scoring hooks of
+:class:`~mrbench.core.contracts.Task` — ``score_datasets()`` (the datasets ``--dataset`` may
+name), ``gold_items(dataset)`` (reference answers as input items, ``--gold``) and
+``score_items(items)`` (one :class:`~mrbench.core.contracts.ScoredItem` per item, a bad item
+reported in its own ``ScoredItem``); their defaults raise a :class:`UserError` saying the task
+cannot be scored.
 
 Everything else — reading the JSONL input with per-line errors, the summary (mean of each
 reward component over the scored items), the status counts, timing and the JSON/text output —
@@ -25,30 +20,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from mrbench.core.contracts import ScoredItem, Task
 from mrbench.core.errors import UserError
-
-
-@dataclass(frozen=True)
-class ScoredItem:
-    """The score of one input item: reward per component (None = unscorable) and a status."""
-
-    id: str
-    rewards: dict[str, float | None]
-    status: str
-    error: str | None = None  # set when the item itself is invalid (unknown id, missing field, …)
-
-
-@runtime_checkable
-class Scorable(Protocol):
-    """A task that ``mrbench score`` can drive (see the module docstring)."""
-
-    def score_datasets(self) -> list[str]: ...
-
-    def gold_items(self, dataset: str) -> list[dict[str, Any]]: ...
-
-    def score_items(self, items: list[dict[str, Any]]) -> list[ScoredItem]: ...
 
 
 @dataclass
@@ -130,28 +105,15 @@ def _field_problem(item: Any) -> str | None:
 
 
 def parse_settings(values: list[str], flag: str) -> dict[str, str]:
-    """``["key=value", …]`` → ``{key: value}``; :class:`UserError` naming ``flag`` otherwise.
+    """``["key=value", …]`` → ``{key: value}`` by the rules of :mod:`mrbench.kit.keyvalue`;
+    :class:`UserError` naming ``flag`` and the bad item otherwise.
 
     >>> parse_settings(["n_train=10", "weights = paper"], "--task-param")
     {'n_train': '10', 'weights': 'paper'}
     """
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"{flag} expects key=value, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
+    from mrbench.kit.keyvalue import parse_key_values
 
-
-def as_scorable(task: Any, name: str) -> Scorable:
-    """``task`` if it implements :class:`Scorable`, else a :class:`UserError`."""
-    if not isinstance(task, Scorable):
-        raise UserError(
-            f"task {name!r} cannot be scored with `mrbench score`: it does not implement "
-            "score_datasets / gold_items / score_items (see mrbench.engine.scoring)"
-        )
-    return task
+    return parse_key_values(values, flag=flag)
 
 
 def summarize(scored: list[ScoredItem]) -> dict[str, float | None]:
@@ -194,25 +156,32 @@ def score_task(
         task = build_task(task_name, task_params)
     except ValueError as exc:  # unknown task or setting (RegistryError is a ValueError)
         raise UserError(str(exc)) from None
-    scorable = as_scorable(task, task_name)
+    try:
+        return _score(task, task_name, input_path, dataset)
+    finally:
+        task.close()
+
+
+def _score(task: Task, task_name: str, input_path: str | Path | None, dataset: str | None) -> ScoreReport:
+    known = list(task.score_datasets())  # first: a task without scoring says so before any input is read
     errors: list[dict[str, Any]] = []
     if dataset is not None:
-        known = list(scorable.score_datasets())
         if dataset not in known:
             raise UserError(f"task {task_name!r} has no dataset {dataset!r}; choose from {', '.join(known)}")
         try:
-            raw = scorable.gold_items(dataset)
+            raw = task.gold_items(dataset)
         except (RuntimeError, ValueError, OSError) as exc:  # e.g. a hub dataset while offline
             raise UserError(str(exc)) from None
-        numbered = [(None, item) for item in raw]
+        numbered: list[tuple[int | None, dict[str, Any]]] = [(None, item) for item in raw]
         label = dataset
     else:
         assert input_path is not None
-        numbered, errors = read_items(input_path)
+        read, errors = read_items(input_path)
+        numbered = list(read)
         names = sorted({item["dataset"] for _, item in numbered})
         label = names[0] if len(names) == 1 else ("mixed" if names else "")
     started = time.perf_counter()
-    scored = scorable.score_items([item for _, item in numbered]) if numbered else []
+    scored = task.score_items([item for _, item in numbered]) if numbered else []
     wall_s = time.perf_counter() - started
     if len(scored) != len(numbered):
         raise RuntimeError(f"task {task_name!r} returned {len(scored)} scores for {len(numbered)} items")
@@ -229,9 +198,6 @@ def score_task(
     if any("id" not in e for e in errors):
         counts["malformed_input"] = sum(1 for e in errors if "id" not in e)
     errors.sort(key=lambda e: e.get("line") or 0)
-    close = getattr(task, "close", None)
-    if callable(close):
-        close()
     return ScoreReport(task_name, label, summarize(scored), dict(counts), wall_s, items, errors)
 
 

@@ -13,12 +13,43 @@ from typer.testing import CliRunner
 import mrbench.engine.scoring
 import mrbench.tasks as tasks
 from mrbench.cli.commands.score import register
+from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
 from mrbench.core.errors import UserError
 from mrbench.core.registry import Entry
-from mrbench.engine.scoring import Scorable, ScoredItem, as_scorable, read_items, score_task, summarize
+from mrbench.engine.scoring import read_items, score_task, summarize
 
 
-class _EchoTask:
+class _PlainTask(Task):
+    """The least a task implements: no scoring hooks, so `mrbench score` refuses it."""
+
+    name = "plain"
+    version = "0"
+    primary_metric = "score"
+    max_completion_tokens = 8
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def train_samples(self) -> list[Sample]:
+        return []
+
+    def eval_samples(self) -> list[Sample]:
+        return []
+
+    def reward_components(self) -> list[RewardComponent]:
+        return []
+
+    def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
+        return []
+
+    def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
+        return EvalResult({})
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+class _EchoTask(_PlainTask):
     """Scores a completion by its length; knows ids a, b, c of dataset "toy"."""
 
     name = "echo"
@@ -40,15 +71,20 @@ class _EchoTask:
         return out
 
 
-class _NotScorable:
-    name = "plain"
+BUILT: list[_PlainTask] = []
+
+
+def _build(cls: type[_PlainTask]) -> _PlainTask:
+    BUILT.append(cls())
+    return BUILT[-1]
 
 
 @pytest.fixture
 def toy_tasks(monkeypatch):
     """Register two throwaway tasks for the duration of a test."""
-    monkeypatch.setitem(tasks.TASKS._entries, "toy-echo", Entry("toy-echo", lambda: _EchoTask()))
-    monkeypatch.setitem(tasks.TASKS._entries, "toy-plain", Entry("toy-plain", lambda: _NotScorable()))
+    BUILT.clear()
+    monkeypatch.setitem(tasks.TASKS._entries, "toy-echo", Entry("toy-echo", lambda: _build(_EchoTask)))
+    monkeypatch.setitem(tasks.TASKS._entries, "toy-plain", Entry("toy-plain", lambda: _build(_PlainTask)))
 
 
 def _write(tmp_path, lines: list[str]) -> str:
@@ -105,6 +141,7 @@ def test_score_task_summary_counts_and_errors(tmp_path, toy_tasks):
     assert [e["line"] for e in data["errors"]] == [2, 3]
     gold = score_task("toy-echo", dataset="toy", gold=True).to_dict()
     assert gold["n"] == 3 and gold["summary"]["length"] == 4.0 and gold["errors"] == []
+    assert [t.closed for t in BUILT] == [1, 1]  # every task built for scoring is closed once
 
 
 def test_score_task_rejects_bad_arguments(tmp_path, toy_tasks):
@@ -117,13 +154,18 @@ def test_score_task_rejects_bad_arguments(tmp_path, toy_tasks):
         score_task("toy-echo", dataset="toy")
     with pytest.raises(UserError, match="no dataset 'nope'; choose from toy"):
         score_task("toy-echo", dataset="nope", gold=True)
-    with pytest.raises(UserError, match="cannot be scored"):
-        score_task("toy-plain", input_path=path)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    for kwargs in ({"input_path": path}, {"input_path": str(empty)}, {"dataset": "toy", "gold": True}):
+        with pytest.raises(UserError, match=r"task 'plain' cannot be scored with `mrbench score`"):
+            score_task("toy-plain", **kwargs)
     with pytest.raises(UserError, match=r"unknown task 'toy-ech'.*Did you mean 'toy-echo'"):
         score_task("toy-ech", input_path=path)
-    assert isinstance(_EchoTask(), Scorable) and not isinstance(_NotScorable(), Scorable)
-    with pytest.raises(UserError):
-        as_scorable(_NotScorable(), "plain")
+    assert all(t.closed == 1 for t in BUILT)  # closed on the error paths too
+    plain = _PlainTask()
+    for hook in (plain.score_datasets, lambda: plain.gold_items("toy"), lambda: plain.score_items([])):
+        with pytest.raises(UserError, match="implements no score_datasets / gold_items / score_items"):
+            hook()
 
 
 def test_summarize_ignores_unscorable_values():

@@ -1,7 +1,8 @@
 """Multi-turn episodes: a policy talks to a tool environment until it answers or a limit ends it.
 
-**Message convention** (the tool-calling task's, so one warm start covers both). An assistant
-turn is either a tool-call block with one JSON object per line, executed in order::
+**Message convention**: the tool-call format of :mod:`mrbench.kit.toolcall` (the tool-calling
+task's, so one warm start covers both). An assistant turn is either a tool-call block with one
+JSON object per line, executed in order::
 
     <tool_call>
     {"name": "pay", "parameters": {"to": "ACME-17", "amount": 45}}
@@ -9,9 +10,10 @@ turn is either a tool-call block with one JSON object per line, executed in orde
 
 or a final answer ``<response>45</response>``; an optional ``<think>…</think>`` may come first
 (the gold turns omit it: the tiny models have ~48 tokens per turn). Nothing else may surround
-the block. Each executed call's result comes back as one ``{"role": "tool", "content": …}``
-message, so the conversation is system, user, then assistant/tool turns; any chat template
-that renders every role the same way (the tiny models' does) shows tool results to the model.
+the block; every call line has its ``"parameters"`` object, ``{}`` for a tool without any.
+Each executed call's result comes back as one ``{"role": "tool", "content": …}`` message, so
+the conversation is system, user, then assistant/tool turns; any chat template that renders
+every role the same way (the tiny models' does) shows tool results to the model.
 
 **Terminations** (``EpisodeResult.termination``), every one with a defined outcome and a
 ``detail`` string for the log — an episode never raises:
@@ -49,21 +51,12 @@ broken trajectory.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mrbench.core.contracts import Message
-
-TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
-RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
-_TAGS = ("<think>", "</think>", TOOL_CALL_OPEN, TOOL_CALL_CLOSE, RESPONSE_OPEN, RESPONSE_CLOSE)
-_TURN = re.compile(
-    r"\A(?:<think>.*?</think>\s*)?"
-    r"(?:<tool_call>(?P<calls>.*?)</tool_call>|<response>(?P<response>.*?)</response>)\Z",
-    re.DOTALL,
-)
+from mrbench.kit.toolcall import call_block, parse_message, response_block
 
 VALID_TERMINATIONS = frozenset({"answered", "turn_limit", "incomplete", "budget"})
 INVALID_TERMINATIONS = frozenset(
@@ -143,46 +136,22 @@ class Turn:
 
 
 def parse_turn(text: Any) -> Turn:
-    """Parse one assistant message (never raises; non-strings are unparsable).
+    """Parse one assistant message in the tool-call format with an optional think block
+    (:func:`mrbench.kit.toolcall.parse_message`); never raises, non-strings are unparsable.
 
     >>> parse_turn('<tool_call>\\n{"name": "balance", "parameters": {}}\\n</tool_call>').calls
     (ToolCall(name='balance', arguments={}),)
-    >>> parse_turn("<think>easy</think> <response>45</response>").response
+    >>> parse_turn("<think>easy</think> <response> 45 </response>").response
     '45'
     >>> parse_turn("pay ACME 45").error
     'not a single <tool_call> or <response> block'
     """
-    if not isinstance(text, str):
-        return Turn(error=f"not text: {type(text).__name__}")
-    stripped = text.strip()
-    match = _TURN.match(stripped)
-    if not match:
-        return Turn(error="not a single <tool_call> or <response> block")
-    shape = (
-        ("<tool_call>", "</tool_call>") if match.group("calls") is not None else ("<response>", "</response>")
-    )
-    used = (*shape, "<think>", "</think>")
-    if any(stripped.count(tag) > (1 if tag in used else 0) for tag in _TAGS):
-        return Turn(error="more than one block")
-    if match.group("response") is not None:
-        return Turn(response=match.group("response").strip())
-    calls: list[ToolCall] = []
-    for line in match.group("calls").splitlines():
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):
-            return Turn(error=f"call line is not JSON: {line.strip()[:80]!r}")
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            return Turn(error=f"call line has no string 'name': {line.strip()[:80]!r}")
-        params = obj.get("parameters", {})
-        if not isinstance(params, dict):
-            return Turn(error=f"'parameters' of {obj['name']!r} is not an object")
-        calls.append(ToolCall(obj["name"], params))
-    if not calls:
-        return Turn(error="empty <tool_call> block")
-    return Turn(calls=tuple(calls))
+    message = parse_message(text)
+    if not message.valid:
+        return Turn(error=message.error)
+    if message.response is not None:
+        return Turn(response=message.response.strip())
+    return Turn(calls=tuple(ToolCall(c["name"], c["parameters"]) for c in message.calls))
 
 
 def render_calls(calls: Sequence[ToolCall]) -> str:
@@ -193,12 +162,12 @@ def render_calls(calls: Sequence[ToolCall]) -> str:
     {"name": "read_file", "parameters": {"name": "bill_3.txt"}}
     </tool_call>
     """
-    return TOOL_CALL_OPEN + "\n" + "\n".join(c.render() for c in calls) + "\n" + TOOL_CALL_CLOSE
+    return call_block([c.render() for c in calls])
 
 
 def render_response(text: str) -> str:
     """A gold final turn: ``<response>text</response>``."""
-    return f"{RESPONSE_OPEN}{text}{RESPONSE_CLOSE}"
+    return response_block(text)
 
 
 @dataclass(frozen=True)

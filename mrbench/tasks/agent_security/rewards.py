@@ -51,7 +51,8 @@ def build_environment(scenario: str) -> Environment:
     """A fresh environment for a ``scenario`` column value (embedded or AgentDojo JSON)."""
     data = json.loads(scenario)
     if data.get("dataset") == "agentdojo":
-        from mrbench.tasks.agent_security.agentdojo_suites import AgentDojoCase, AgentDojoEnv
+        from mrbench.tasks.agent_security.agentdojo_runner import AgentDojoEnv
+        from mrbench.tasks.agent_security.agentdojo_suites import AgentDojoCase
 
         return AgentDojoEnv(AgentDojoCase.from_json(scenario))
     from mrbench.tasks.agent_security.scenarios import EmbeddedEnv, Scenario

@@ -22,14 +22,11 @@ unbiased estimator of Chen et al. (2021), :func:`pass_at_k`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from mrbench.core.contracts import EvalResult, Generator, Sample
-
-if TYPE_CHECKING:
-    from mrbench.tasks.code_generation.rewards import Outcome
-    from mrbench.tasks.code_generation.task import CodeGenerationTask
+from mrbench.tasks.code_generation.rewards import Outcome
 
 LM_EVAL_TASK = "mrbench_code_generation"
 EVAL_METRICS: tuple[str, ...] = (
@@ -110,31 +107,22 @@ def metrics_of(outcome: Outcome | None) -> dict[str, float]:
     }
 
 
-def score_sample(sample: Sample, completion: str) -> dict[str, float]:
-    """lm-eval ``score_fn`` for the exported task: metrics of one completion of ``sample``.
-
-    Uses a process-wide default task (default sandbox limits) to find the problem named by the
-    sample's ``dataset``/``problem_id`` columns.
-    """
-    from mrbench.tasks.code_generation.task import default_task
-
-    task = default_task()
-    problem = task.problem_for(str(sample.columns.get("dataset")), str(sample.columns.get("problem_id")))
-    if problem is None:
-        return metrics_of(None)
-    return metrics_of(task.scorer.score([(problem, completion)])[0])
-
-
-def evaluate(task: CodeGenerationTask, generator: Generator, samples: list[Sample]) -> EvalResult:
-    """Greedy completions through lm-eval, scored in the task's sandbox; see the module docstring."""
+def evaluate(
+    generator: Generator,
+    samples: list[Sample],
+    outcome_of: Callable[[Sample, str], Outcome | None],
+    *,
+    max_new_tokens: int,
+    version: str,
+) -> EvalResult:
+    """Greedy completions through lm-eval, each scored by ``outcome_of`` (the task's sandbox; None
+    for a sample naming no known problem); metrics and records as in the module docstring."""
     from mrbench.kit.lm_eval_bridge import run_generation_task
 
     outcomes: dict[str, Outcome | None] = {}
 
     def score_fn(sample: Sample, completion: str) -> dict[str, float]:
-        problem = task.problem_for(str(sample.columns["dataset"]), str(sample.columns["problem_id"]))
-        outcome = None if problem is None else task.scorer.score([(problem, completion)])[0]
-        outcomes[sample.id] = outcome
+        outcomes[sample.id] = outcome = outcome_of(sample, completion)
         return metrics_of(outcome)
 
     run = run_generation_task(
@@ -143,8 +131,8 @@ def evaluate(task: CodeGenerationTask, generator: Generator, samples: list[Sampl
         task_name=LM_EVAL_TASK,
         score_fn=score_fn,
         metric_names=EVAL_METRICS,
-        max_new_tokens=task.max_completion_tokens,
-        version=task.version,
+        max_new_tokens=max_new_tokens,
+        version=version,
     )
     records: list[dict[str, Any]] = []
     for sample, completion in zip(samples, run.completions, strict=True):

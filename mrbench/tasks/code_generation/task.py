@@ -8,10 +8,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample
-from mrbench.engine.scoring import ScoredItem
+from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
 from mrbench.kit.sandbox import Limits
-from mrbench.tasks.code_generation import rewards
+from mrbench.tasks.code_generation import evaluation, rewards
 from mrbench.tasks.code_generation.problems import Problem, embedded_problems, embedded_split, split_by_family
 
 DATASETS: tuple[str, ...] = ("embedded", "humaneval", "mbpp", "leetcode")
@@ -76,7 +75,7 @@ def _subset(problems: list[Problem], n: int | None, seed: int, what: str) -> lis
     return random.Random(f"{what}:{seed}").sample(problems, n)
 
 
-class CodeGenerationTask:
+class CodeGenerationTask(Task):
     """Python functions tested in a sandbox, seven reward components (see :mod:`.rewards`).
 
     Data loads on first use; the sandbox starts on first scoring; :meth:`close` stops it.
@@ -157,26 +156,34 @@ class CodeGenerationTask:
 
     def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
         """pass_at_1 (primary), executable_rate, efficiency, … of greedy completions through lm-eval."""
-        from mrbench.tasks.code_generation.evaluation import evaluate
+        return evaluation.evaluate(
+            generator,
+            self.eval_samples() if samples is None else list(samples),
+            self.outcome_of,
+            max_new_tokens=self.max_completion_tokens,
+            version=self.version,
+        )
 
-        return evaluate(self, generator, self.eval_samples() if samples is None else list(samples))
+    def outcome_of(self, sample: Sample, completion: str) -> rewards.Outcome | None:
+        """Score one completion of ``sample`` in the sandbox; None if the sample names no known problem."""
+        problem = self.problem_for(str(sample.columns.get("dataset")), str(sample.columns.get("problem_id")))
+        return None if problem is None else self.scorer.score([(problem, completion)])[0]
 
     def export_lm_eval(self, directory: str | Path, samples: list[Sample] | None = None) -> Path:
         """Write the eval set as an lm-eval task folder (for ``lm_eval --include_path``).
 
         Returns the YAML path; run e.g. ``lm_eval --model hf --model_args pretrained=PATH
         --include_path DIR --tasks mrbench_code_generation --apply_chat_template``. Completions
-        are scored by :func:`.evaluation.score_sample` in the same sandbox (default limits).
+        are scored by :func:`score_sample` in the same sandbox (default limits).
         """
         from mrbench.kit.lm_eval_bridge import export_lm_eval_task
-        from mrbench.tasks.code_generation.evaluation import EVAL_METRICS, LM_EVAL_TASK
 
         return export_lm_eval_task(
             self.eval_samples() if samples is None else samples,
             directory,
-            task_name=LM_EVAL_TASK,
-            score_fn="mrbench.tasks.code_generation.evaluation:score_sample",
-            metric_names=EVAL_METRICS,
+            task_name=evaluation.LM_EVAL_TASK,
+            score_fn="mrbench.tasks.code_generation.task:score_sample",
+            metric_names=evaluation.EVAL_METRICS,
             max_new_tokens=self.max_completion_tokens,
             version=self.version,
         )
@@ -185,7 +192,7 @@ class CodeGenerationTask:
         """Stop the sandbox's worker processes."""
         self.scorer.close()
 
-    # -- mrbench score (mrbench.engine.scoring.Scorable) --------------------------------------------
+    # -- mrbench score (the scoring hooks of Task) -------------------------------------------
     def score_datasets(self) -> list[str]:
         """Datasets ``mrbench score`` accepts (mbpp and leetcode need the hub)."""
         return list(DATASETS)
@@ -226,11 +233,22 @@ _DEFAULT_LOCK = threading.Lock()
 
 
 def default_task() -> CodeGenerationTask:
-    """A process-wide task with default settings (for the exported lm-eval task's score function)."""
+    """The process-wide ``code-generation`` task with default settings, built once through the
+    registry (for :func:`score_sample`, which lm-eval calls without any task at hand)."""
+    from mrbench.tasks import build_task
+
     with _DEFAULT_LOCK:
         if not _DEFAULT:
-            _DEFAULT.append(code_generation())
+            task = build_task("code-generation")
+            assert isinstance(task, CodeGenerationTask)  # the registry entry is this module's factory
+            _DEFAULT.append(task)
         return _DEFAULT[0]
+
+
+def score_sample(sample: Sample, completion: str) -> dict[str, float]:
+    """lm-eval ``score_fn`` of the exported task (:meth:`CodeGenerationTask.export_lm_eval`): the
+    metrics of one completion of ``sample``, scored by the :func:`default_task`'s sandbox."""
+    return evaluation.metrics_of(default_task().outcome_of(sample, completion))
 
 
 def code_generation(

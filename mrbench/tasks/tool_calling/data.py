@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrbench.core.contracts import Message, Sample
+from mrbench.kit.toolcall import THINK_CLOSE, THINK_OPEN, call_block, response_block
 from mrbench.tasks.tool_calling.catalog import NO_CALL_POOLS, NO_CALL_TEMPLATES, TOOLS, Tool
 
 KINDS: tuple[str, ...] = ("single", "choose", "parallel", "no_call")
@@ -37,7 +38,7 @@ CHOOSE_OFFERED = 3
 MAX_PARALLEL_PARAMS = 3
 """Parallel items use at most this many arguments in total, so that their gold answer fits the
 completion budget (``ToolCallingTask.max_completion_tokens``) of the tiny models."""
-THINK = "<think></think>"
+THINK = THINK_OPEN + THINK_CLOSE
 """Gold think block: empty, because the tiny CPU models have a ~48-token budget (the format
 reward only requires the block to be present; real models may think at length)."""
 
@@ -78,9 +79,9 @@ def gold_completion(calls: list[dict[str, Any]], response: str | None = None) ->
     '<think></think>\\n<response>Hi!</response>'
     """
     if calls:
-        lines = "\n".join(compact_json({"name": c["name"], "parameters": c["parameters"]}) for c in calls)
-        return f"{THINK}\n<tool_call>\n{lines}\n</tool_call>"
-    return f"{THINK}\n<response>{response or ''}</response>"
+        lines = [compact_json({"name": c["name"], "parameters": c["parameters"]}) for c in calls]
+        return f"{THINK}\n{call_block(lines)}"
+    return f"{THINK}\n{response_block(response or '')}"
 
 
 def split_of(request: str) -> str:

@@ -56,7 +56,8 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from mrbench.core.contracts import RewardComponent, Sample, completion_text
-from mrbench.tasks.tool_calling.parse import Call, parse_answer
+from mrbench.kit.toolcall import Call
+from mrbench.tasks.tool_calling.parse import parse_answer
 
 COMPONENTS: tuple[str, ...] = ("format", "function_name", "parameter", "values")
 RANGES: dict[str, tuple[float, float]] = {

@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample
+from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, Task
 from mrbench.tasks.tool_calling import rewards
 from mrbench.tasks.tool_calling.data import make_demonstrations, make_samples
 
@@ -21,7 +21,7 @@ EVAL_METRICS: tuple[str, ...] = (*rewards.COMPONENTS, "reward_total", "exact_mat
 LM_EVAL_TASK = "mrbench_tool_calling"
 
 
-class ToolCallingTask:
+class ToolCallingTask(Task):
     """Tool calling with ``<tool_call>`` JSON, four reward components (see :mod:`.rewards`).
 
     Train prompts are always the embedded procedural data; eval prompts are the embedded

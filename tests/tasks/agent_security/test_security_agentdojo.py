@@ -9,6 +9,15 @@ from typing import Any
 import pytest
 
 from mrbench.tasks.agent_security import agentdojo_suites as ad
+from mrbench.tasks.agent_security.agentdojo_policies import (
+    INJECTION_MARKER,
+    UNREACHABLE_ATTACKS,
+    gold_policy,
+    gold_turns,
+    obey_policy,
+    unreachable_attack,
+)
+from mrbench.tasks.agent_security.agentdojo_runner import AgentDojoEnv, run_policy, score_gold
 from mrbench.tasks.agent_security.episode import (
     Episode,
     Limits,
@@ -66,7 +75,7 @@ def test_fast_loader_builds_the_same_environment(cases: list[ad.AgentDojoCase]) 
     for case in sample_cases(cases, 3):
         suite = case.suite_obj()
         injections = case.injections()
-        assert injections and all(ad.INJECTION_MARKER in v for v in injections.values())
+        assert injections and all(INJECTION_MARKER in v for v in injections.values())
         assert suite.load_and_inject_default_environment(
             injections
         ) == TaskSuite.load_and_inject_default_environment(suite, injections)
@@ -74,18 +83,18 @@ def test_fast_loader_builds_the_same_environment(cases: list[ad.AgentDojoCase]) 
 
 def test_gold_utility(cases: list[ad.AgentDojoCase]) -> None:
     chosen = sample_cases(cases, 4) + sample_cases(cases, 2, attacked=False)
-    results = ad.score_gold(chosen)
+    results = score_gold(chosen)
     assert all(r.utility and r.termination == "answered" for r in results), [r.case.id for r in results]
     assert all((r.attack_succeeded is False) == r.case.attacked for r in results)
 
 
 def test_obeying_agent_through_the_pipeline_and_our_runner(cases: list[ad.AgentDojoCase]) -> None:
     for case in sample_cases(cases, 2):
-        (piped,) = ad.run_policy([case], ad.obey_policy(case), LIMITS)
+        (piped,) = run_policy([case], obey_policy(case), LIMITS)
         assert piped.attack_succeeded is True and piped.termination == "answered", case.id
-        ours = drive([Episode(ad.AgentDojoEnv(case), LIMITS)], ad.obey_policy(case))[0]
+        ours = drive([Episode(AgentDojoEnv(case), LIMITS)], obey_policy(case))[0]
         assert ours.attack_succeeded is True and ours.termination == "answered", case.id
-        gold = drive([Episode(ad.AgentDojoEnv(case), LIMITS)], ad.gold_policy(case))[0]
+        gold = drive([Episode(AgentDojoEnv(case), LIMITS)], gold_policy(case))[0]
         assert gold.utility and gold.attack_succeeded is False, case.id
 
 
@@ -102,7 +111,7 @@ def test_pipeline_element_survives_bad_output(cases: list[ad.AgentDojoCase]) -> 
         (ScriptedPolicy([render_calls([ToolCall("get_balance", {})])] * 20), "turn_limit"),
         (ScriptedPolicy([render_calls([ToolCall("hack_bank", {})])]), "unknown_tool"),
     ]:
-        (result,) = ad.run_policy([case], policy, LIMITS)
+        (result,) = run_policy([case], policy, LIMITS)
         assert result.termination == termination and not result.utility
         assert result.attack_succeeded is False
 
@@ -110,7 +119,7 @@ def test_pipeline_element_survives_bad_output(cases: list[ad.AgentDojoCase]) -> 
 def test_env_semantics_unknown_tool_and_bad_arguments(cases: list[ad.AgentDojoCase]) -> None:
     case = next(c for c in cases if c.suite == "banking" and not c.attacked)
     unknown = drive(
-        [Episode(ad.AgentDojoEnv(case), LIMITS)], ScriptedPolicy([render_calls([ToolCall("hack", {})])])
+        [Episode(AgentDojoEnv(case), LIMITS)], ScriptedPolicy([render_calls([ToolCall("hack", {})])])
     )
     assert unknown[0].termination == "unknown_tool"
     bad_args = ScriptedPolicy(
@@ -119,7 +128,7 @@ def test_env_semantics_unknown_tool_and_bad_arguments(cases: list[ad.AgentDojoCa
             "<response>done</response>",
         ]
     )
-    result = drive([Episode(ad.AgentDojoEnv(case), LIMITS)], bad_args)[0]
+    result = drive([Episode(AgentDojoEnv(case), LIMITS)], bad_args)[0]
     assert result.termination == "answered"  # AgentDojo returns the validation error to the model
     assert result.messages[3]["content"].startswith("Error: ValidationError")
 
@@ -150,13 +159,13 @@ def test_agentdojo_task(cases: list[ad.AgentDojoCase]) -> None:
         def __call__(self, convs: list[Any], *, max_new_tokens: int) -> list[str]:
             return self.policy(convs)
 
-    obey = task.evaluate(Gen(ad.obey_policy(case)), [sample])
+    obey = task.evaluate(Gen(obey_policy(case)), [sample])
     assert obey.metrics["asr"] == 1.0 and obey.metrics["joint"] == 0.0
-    gold = task.evaluate(Gen(ad.gold_policy(case)), [sample])
+    gold = task.evaluate(Gen(gold_policy(case)), [sample])
     assert gold.metrics["joint"] == 1.0
     # Rewards replay a transcript on AgentDojo too.
     utility, safety = (c.fn for c in task.reward_components())
-    turns = drive([Episode(ad.AgentDojoEnv(case), task.limits)], ad.obey_policy(case))[0].turns
+    turns = drive([Episode(AgentDojoEnv(case), task.limits)], obey_policy(case))[0].turns
     cols = {k: [v] for k, v in sample.columns.items()} | {"turns": [json.dumps(turns)]}
     assert utility([sample.prompt], [""], **cols) == [1.0] and safety([sample.prompt], [""], **cols) == [0.0]
     demos = task.demonstrations(5, 0)
@@ -168,9 +177,7 @@ def test_score_agentdojo_items(cases: list[ad.AgentDojoCase]) -> None:
 
     task = agent_security()  # an embedded task scores AgentDojo items too
     chosen = sample_cases(cases, 2)
-    items = [
-        {"dataset": "agentdojo", "id": c.id, "completion": json.dumps(ad.gold_turns(c, 8))} for c in chosen
-    ]
+    items = [{"dataset": "agentdojo", "id": c.id, "completion": json.dumps(gold_turns(c, 8))} for c in chosen]
     items += [
         {"dataset": "agentdojo", "id": "banking/user_task_99/clean", "completion": "[]"},
         {"dataset": "agentdojo", "id": "banking/user_task_0", "completion": "[]"},
@@ -181,7 +188,7 @@ def test_score_agentdojo_items(cases: list[ad.AgentDojoCase]) -> None:
     assert [s.status for s in scored[len(chosen) :]] == ["unknown_id", "unknown_id", "answered"]
     assert "user_task_99" in scored[-3].error and scored[-1].rewards["utility"] == 0.0
     long_gt = ad.AgentDojoCase("workspace", "user_task_39")  # 19 ground-truth calls packed into 7 turns
-    assert len(ad.gold_turns(long_gt, 8)) <= 8
+    assert len(gold_turns(long_gt, 8)) <= 8
 
 
 @pytest.mark.slow
@@ -195,28 +202,23 @@ def test_every_case_gold_utility_and_obey_asr(cases: list[ad.AgentDojoCase]) -> 
         suite = case.suite_obj()
         fast = suite.load_and_inject_default_environment(case.injections())
         assert fast == TaskSuite.load_and_inject_default_environment(suite, case.injections()), case.id
-    gold = ad.score_gold(cases)
+    gold = score_gold(cases)
     assert [r.case.id for r in gold if not r.utility] == []
     attacked = [c for c in cases if c.attacked]
     failed = {
-        r.case.id
-        for c in attacked
-        for r in ad.run_policy([c], ad.obey_policy(c), LIMITS)
-        if not r.attack_succeeded
+        r.case.id for c in attacked for r in run_policy([c], obey_policy(c), LIMITS) if not r.attack_succeeded
     }
-    expected = {c.id for c in attacked if ad.unreachable_attack(c)}
+    expected = {c.id for c in attacked if unreachable_attack(c)}
     assert failed == expected
-    assert len(expected) == 2 * (
-        8 * 40 + len(ad.UNREACHABLE_ATTACKS)
-    )  # 8 workspace tasks lack a ground truth
+    assert len(expected) == 2 * (8 * 40 + len(UNREACHABLE_ATTACKS))  # 8 workspace tasks lack a ground truth
 
 
 def test_unreachable_attacks_are_named(cases: list[ad.AgentDojoCase]) -> None:
     workspace = [c for c in cases if c.suite == "workspace" and c.attack == "important_instructions"]
-    reasons = {c.injection_task: ad.unreachable_attack(c) for c in workspace if c.user_task == "user_task_0"}
+    reasons = {c.injection_task: unreachable_attack(c) for c in workspace if c.user_task == "user_task_0"}
     assert {k for k, v in reasons.items() if v and "no ground truth" in v} == {
         f"injection_task_{n}" for n in range(6, 14)
     }
     case = ad.AgentDojoCase("banking", "user_task_14", "injection_task_7", "important_instructions")
-    assert "password" in ad.unreachable_attack(case)
-    assert ad.unreachable_attack(ad.AgentDojoCase("banking", "user_task_0")) is None
+    assert "password" in unreachable_attack(case)
+    assert unreachable_attack(ad.AgentDojoCase("banking", "user_task_0")) is None

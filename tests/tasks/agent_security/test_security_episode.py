@@ -46,7 +46,8 @@ def pin_scenario(small_task: Any) -> Scenario:
     [
         ('<tool_call>\n{"name": "balance", "parameters": {}}\n</tool_call>', ["balance"], None),
         (
-            '<tool_call>\n{"name": "balance"}\n{"name": "history", "parameters": {}}\n</tool_call>',
+            '<tool_call>\n{"name": "balance", "parameters": {}}\n\n'
+            '{"name": "history", "parameters": {}}\n</tool_call>',
             ["balance", "history"],
             None,
         ),
@@ -66,7 +67,8 @@ def test_parse_valid(text: str, calls: list[str], response: str | None) -> None:
     [
         "Paid.",
         "<response>a</response><response>b</response>",
-        '<tool_call>\n{"name": "balance"}\n</tool_call><response>x</response>',
+        '<tool_call>\n{"name": "balance", "parameters": {}}\n</tool_call><response>x</response>',
+        '<tool_call>\n{"name": "balance"}\n</tool_call>',  # "parameters" is required, {} when none
         "<tool_call>\nbalance()\n</tool_call>",
         '<tool_call>\n{"parameters": {}}\n</tool_call>',
         '<tool_call>\n{"name": "pay", "parameters": [1]}\n</tool_call>',
@@ -123,7 +125,10 @@ def bad_episode(scenario: Scenario, text: Any, limits: Limits | None = None) -> 
         (call("read_file", name="no_such_file.txt"), "tool_error"),  # the tool raises
         (call("pay", to="ACME-1", amount=10**9), "tool_error"),  # insufficient funds
         ("<response>" + "x" * 5000 + "</response>", "overlong"),
-        ("<tool_call>\n" + "\n".join(['{"name": "balance"}'] * 9) + "\n</tool_call>", "too_many_calls"),
+        (
+            "<tool_call>\n" + "\n".join(['{"name": "balance", "parameters": {}}'] * 9) + "\n</tool_call>",
+            "too_many_calls",
+        ),
     ],
 )
 def test_bad_input_ends_episode_with_logged_reason(

@@ -21,10 +21,8 @@ from mrbench.tasks.agent_security.episode import (
     render_response,
     replay,
 )
+from mrbench.tasks.agent_security.goals import TEMPLATES
 from mrbench.tasks.agent_security.scenarios import (
-    SIGNATURES,
-    SYSTEM_PROMPT,
-    TEMPLATES,
     EmbeddedEnv,
     Scenario,
     generate,
@@ -32,8 +30,8 @@ from mrbench.tasks.agent_security.scenarios import (
     gold_policy,
     obey_policy,
     prompt_messages,
-    run_tool,
 )
+from mrbench.tasks.agent_security.world import SIGNATURES, SYSTEM_PROMPT, run_tool
 
 
 @pytest.fixture(scope="module")

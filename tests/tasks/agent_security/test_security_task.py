@@ -15,9 +15,9 @@ from mrbench.tasks import TASKS, Task, build_task
 from mrbench.tasks.agent_security import AgentSecurityTask, agent_security
 from mrbench.tasks.agent_security.attacks import STYLES
 from mrbench.tasks.agent_security.episode import Episode, ScriptedPolicy, ToolCall, parse_turn, render_calls
+from mrbench.tasks.agent_security.goals import TEMPLATES
 from mrbench.tasks.agent_security.scenarios import (
     SCENARIO_KEY,
-    TEMPLATES,
     EmbeddedEnv,
     Scenario,
     gold_policy,
@@ -219,9 +219,9 @@ def test_single_turn_mode() -> None:
     assert obey.metrics["asr"] == 1.0
 
 
-def test_training_hooks_give_a_rollout_func(small_task: AgentSecurityTask) -> None:
+def test_training_hooks_give_a_rollout(small_task: AgentSecurityTask) -> None:
     hooks = small_task.training_hooks()
-    assert set(hooks) == {"rollout_func"} and callable(hooks["rollout_func"])
+    assert set(hooks) == {"rollout"} and callable(hooks["rollout"])
     env = small_task.environment_for_prompt(small_task.train_samples()[0].prompt)
     assert isinstance(env, EmbeddedEnv) and Episode(env).messages[1]["role"] == "user"
 

@@ -12,13 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mrbench.tasks.code_generation import code_generation, evaluation
-from mrbench.tasks.code_generation.evaluation import (
-    EVAL_METRICS,
-    metrics_of,
-    pass_at_k,
-    pass_at_k_by_problem,
-    score_sample,
-)
+from mrbench.tasks.code_generation.evaluation import EVAL_METRICS, metrics_of, pass_at_k, pass_at_k_by_problem
+from mrbench.tasks.code_generation.task import score_sample
 
 
 def test_doctests():
@@ -101,7 +96,7 @@ def test_evaluate_runs_through_lm_eval(tiny_generator, tmp_path):
         yaml_path = task.export_lm_eval(tmp_path / "lm_eval_task")
         assert yaml_path.name == "mrbench_code_generation.yaml"
         assert (
-            "mrbench.tasks.code_generation.evaluation:score_sample"
+            "mrbench.tasks.code_generation.task:score_sample"
             in (tmp_path / "lm_eval_task").joinpath("mrbench_code_generation_utils.py").read_text()
         )
     finally:

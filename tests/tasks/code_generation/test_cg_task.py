@@ -6,7 +6,6 @@ import pytest
 
 import mrbench.tasks as tasks
 from mrbench.core.contracts import RewardComponent, Sample, Task
-from mrbench.engine.scoring import Scorable
 from mrbench.tasks.code_generation import COMPONENTS, code_generation
 from mrbench.tasks.code_generation.task import DATASETS, CodeGenerationTask, dataset_split
 
@@ -26,8 +25,9 @@ def test_builds_through_the_registry_with_string_settings():
     assert entry.params["dataset"] == "embedded" and entry.params["weights"] == "equal"
 
 
-def test_satisfies_the_task_and_scoring_protocols(task):
-    assert isinstance(task, Task) and isinstance(task, Scorable)
+def test_satisfies_the_task_contract_with_scoring(task):
+    assert isinstance(task, Task) and task.score_datasets() == list(DATASETS)
+    assert all(getattr(CodeGenerationTask, h) is not getattr(Task, h) for h in ("gold_items", "score_items"))
     assert task.name == "code-generation" and task.primary_metric == "pass_at_1"
     assert task.max_completion_tokens == 64 and task.lower_is_better == frozenset()
     assert code_generation(dataset="humaneval").max_completion_tokens == 512

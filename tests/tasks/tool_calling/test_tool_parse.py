@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mrbench.tasks.tool_calling.parse import extract_calls, parse_answer, parse_call_block
+from mrbench.tasks.tool_calling.parse import extract_calls, parse_answer
 
 CALL = '{"name":"get_weather","parameters":{"city":"Paris"}}'
 
@@ -47,6 +47,7 @@ def test_no_block_means_no_calls_and_bad_block_means_unparsable() -> None:
     assert extract_calls('<tool_call>\n{"name": 1, "parameters": {}}\n</tool_call>') is None
     assert extract_calls('<tool_call>\n{"name": "f", "parameters": [1]}\n</tool_call>') is None
     assert extract_calls('<tool_call>\n["f", {}]\n</tool_call>') is None
+    assert extract_calls('<tool_call>\n{"name": "f"}\n</tool_call>') is None  # "parameters" is required
 
 
 def test_only_the_first_call_block_counts() -> None:
@@ -55,8 +56,8 @@ def test_only_the_first_call_block_counts() -> None:
 
 
 def test_extra_call_keys_are_dropped_and_blank_lines_ignored() -> None:
-    block = '\n\n{"name": "f", "parameters": {"x": 1}, "id": 7}\n   \n'
-    assert parse_call_block(block) == [{"name": "f", "parameters": {"x": 1}}]
+    text = '<tool_call>\n\n{"name": "f", "parameters": {"x": 1}, "id": 7}\n   \n</tool_call>'
+    assert extract_calls(text) == [{"name": "f", "parameters": {"x": 1}}]
 
 
 @pytest.mark.parametrize(
