@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.core.registry import UnknownNameError
 from mrbench.engine.config import RunSpec, TrainSettings
@@ -164,16 +165,16 @@ def synthetic_metrics(
             start = 0.1 + 0.05 * i / k
             value = start + (q - start) * progress + 0.02 * _unit_noise(method, model, seed, comp, step)
             total += value
-            rows.append((f"rewards/{comp}/mean", value, step))
-            rows.append((f"adv/share/{comp}", (1.0 + 0.3 * _unit_noise(method, comp)) / k, step))
+            rows.append((layout.reward_mean(comp), value, step))
+            rows.append((layout.adv_share(comp), (1.0 + 0.3 * _unit_noise(method, comp)) / k, step))
         rows += [
-            ("reward", total, step),
-            ("adv/mean_offdiag_corr", 0.3 + 0.2 * _unit_noise(task, step), step),
-            ("adv/frac_zero_var_groups", 0.2 * (1 - progress), step),
-            ("adv/denominator_mean", 1.0 + 0.1 * _unit_noise(method, step), step),
-            ("adv/sign_flip_vs_grpo", 0.0 if method == "grpo" else 0.05, step),
-            ("adv/abs_mean", 0.8, step),
-            ("train/loss", 0.1 * _unit_noise(seed, step), step),
+            (layout.REWARD, total, step),
+            (layout.adv_metric("mean_offdiag_corr"), 0.3 + 0.2 * _unit_noise(task, step), step),
+            (layout.adv_metric("frac_zero_var_groups"), 0.2 * (1 - progress), step),
+            (layout.adv_metric("denominator_mean"), 1.0 + 0.1 * _unit_noise(method, step), step),
+            (layout.adv_metric("sign_flip_vs_grpo"), 0.0 if method == "grpo" else 0.05, step),
+            (layout.adv_metric("abs_mean"), 0.8, step),
+            (layout.TRAIN + "loss", 0.1 * _unit_noise(seed, step), step),
         ]
     before, after = {}, {}
     for metric in fake.eval_metrics:
@@ -193,21 +194,21 @@ def synthetic_metrics(
 
 
 def cell_tags(spec: RunSpec, sweep: str | None, git_sha: str = "fake0000") -> dict[str, str]:
-    """The ``mrbench.*`` tags of a fake cell (same keys as ``mrbench.engine.runner.cell_tags``)."""
+    """The ``mrbench.*`` tags of a fake cell (:func:`mrbench.core.layout.cell_tags`, as the runner's)."""
     fake = FAKE_TASKS.get(spec.task, FakeTask(("a", "b"), "score", ("score",)))
-    return {
-        "mrbench.method": spec.method,
-        "mrbench.task": spec.task,
-        "mrbench.task_version": fake.version,
-        "mrbench.model": spec.model,
-        "mrbench.seed": str(spec.seed),
-        "mrbench.run_key": spec.run_key(),
-        "mrbench.git_sha": git_sha,
-        "mrbench.sweep": sweep or "",
-        "mrbench.primary_metric": fake.primary_metric,
-        "mrbench.lower_is_better": ",".join(fake.lower_is_better),
-        "mrbench.reward_components": ",".join(fake.components),
-    }
+    return layout.cell_tags(
+        method=spec.method,
+        task=spec.task,
+        task_version=fake.version,
+        model=spec.model,
+        seed=spec.seed,
+        run_key=spec.run_key(),
+        git_sha=git_sha,
+        sweep=sweep,
+        primary_metric=fake.primary_metric,
+        lower_is_better=frozenset(fake.lower_is_better),
+        reward_components=list(fake.components),
+    )
 
 
 def log_synthetic_run(
@@ -246,18 +247,18 @@ def _log_body(
 ) -> tuple[dict[str, float], dict[str, float]]:
     now = int(time.time() * 1000)
     rows, before, after, diag = synthetic_metrics(spec, every=every)
-    metrics = [Metric(f"eval_before/{k}", v, now, 0) for k, v in before.items()]
-    metrics += [Metric(f"eval/{k}", v, now, 0) for k, v in before.items()]
+    metrics = [Metric(layout.eval_before_metric(k), v, now, 0) for k, v in before.items()]
+    metrics += [Metric(layout.eval_metric(k), v, now, 0) for k, v in before.items()]
     metrics += [Metric(key, value, now, step) for key, value, step in rows]
     if pause is not None:
         pause()
-    metrics += [Metric(f"eval/{k}", v, now + 1, spec.train.steps) for k, v in after.items()]
-    metrics.append(Metric("perf/wall_s", 1.0, now + 1, spec.train.steps))
+    metrics += [Metric(layout.eval_metric(k), v, now + 1, spec.train.steps) for k, v in after.items()]
+    metrics.append(Metric(layout.PERF_WALL_S, 1.0, now + 1, spec.train.steps))
     params = [Param(k, v) for k, v in spec.flat_params().items()]
     for start in range(0, max(len(metrics), 1), 1000):
         client.log_batch(run_id, metrics=metrics[start : start + 1000], params=params if start == 0 else [])
     if diagnostics:
-        client.log_dict(run_id, diag, "diagnostics.json")
+        client.log_dict(run_id, diag, layout.DIAGNOSTICS_ARTIFACT)
     return before, after
 
 
@@ -303,7 +304,7 @@ def fake_cell(
         client.set_terminated(run_id, "KILLED")
         raise
     except BaseException as exc:
-        client.set_tag(run_id, "mrbench.error", f"{type(exc).__name__}: {exc}")
+        client.set_tag(run_id, layout.tag(layout.ERROR), f"{type(exc).__name__}: {exc}")
         client.set_terminated(run_id, "FAILED")
         raise
     fake = FAKE_TASKS.get(spec.task)
@@ -344,7 +345,8 @@ def synthetic_sweep(
     from mlflow.tracking import MlflowClient
 
     from mrbench.engine.tracking import ensure_experiment
-    from mrbench.sweeps.orchestrator import Cell, finish_parent_run, start_parent_run
+    from mrbench.sweeps.cell import Cell
+    from mrbench.sweeps.parent import finish_parent_run, start_parent_run
     from mrbench.sweeps.spec import SweepSpec
 
     sweep_spec = SweepSpec(

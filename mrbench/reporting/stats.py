@@ -12,13 +12,19 @@ functions are pure, take numpy arrays, and are vectorised over bootstrap replica
 
 Shapes: ``scores`` is ``[runs, tasks]`` (a 1-D array is read as ``[runs, 1]``). A task column
 may have NaN padding where it has fewer runs than others; NaN entries are ignored.
+
+Report-level aggregation, also pure: :func:`head_mean` / :func:`tail_mean` (the start and end of
+a learning curve), :func:`align_curves` (runs' curves on common steps, for :func:`curve_band`),
+:func:`finite_mean_ci` / :func:`finite_iqm` (one cell's seeds), :func:`padded` (cells of different
+seed counts as one matrix) and :func:`nanmean`.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -248,3 +254,105 @@ def separated_winner(intervals: dict[str, Interval], *, lower_is_better: bool = 
         elif all(ci.separated_above(o) for o in others):
             return name
     return None
+
+
+# ------------------------------------------------------------------------------ report aggregation
+
+WINDOW_MIN_STEPS = 10
+"""Fewest logged steps averaged at either end of a curve: in a 30-step CPU run, 10 % would be 3
+steps (96 rollouts), noisy enough to call a rising reward falling."""
+
+
+def window(n_values: int, fraction: float) -> int:
+    """How many of ``n_values`` logged values :func:`head_mean` / :func:`tail_mean` average.
+
+    >>> window(30, 0.1), window(400, 0.1), window(4, 0.1)
+    (10, 40, 4)
+    """
+    return min(n_values, max(math.ceil(n_values * fraction), WINDOW_MIN_STEPS))
+
+
+def head_mean(values: np.ndarray | None, fraction: float = 0.1) -> float:
+    """Mean of the first ``fraction`` of a curve's values ``[S]`` (in step order; at least
+    :data:`WINDOW_MIN_STEPS`); NaN for a missing or empty curve."""
+    if values is None or len(values) == 0:
+        return math.nan
+    return float(np.nanmean(values[: window(len(values), fraction)]))
+
+
+def tail_mean(values: np.ndarray | None, fraction: float = 0.1) -> float:
+    """Mean of the last ``fraction`` of a curve's values ``[S]`` (same window as :func:`head_mean`).
+
+    >>> tail_mean(np.arange(20.0)), head_mean(np.arange(20.0))
+    (14.5, 4.5)
+    """
+    if values is None or len(values) == 0:
+        return math.nan
+    return float(np.nanmean(values[-window(len(values), fraction) :]))
+
+
+def nanmean(values: Sequence[float]) -> float:
+    """Mean of the finite values (NaN when there are none).
+
+    >>> nanmean([1.0, float("nan"), 3.0])
+    2.0
+    """
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+def padded(columns: Sequence[Sequence[float]]) -> np.ndarray:
+    """Columns of different lengths → ``[max_len, n_columns]`` with NaN padding.
+
+    >>> padded([[1.0, 2.0], [3.0]]).tolist()
+    [[1.0, 3.0], [2.0, nan]]
+    """
+    rows = max((len(c) for c in columns), default=0)
+    out = np.full((rows, len(columns)), np.nan)
+    for j, col in enumerate(columns):
+        out[: len(col), j] = col
+    return out
+
+
+def align_curves(
+    curves: Sequence[tuple[np.ndarray, np.ndarray]], max_points: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Runs' curves ``(steps [S_i], values [S_i])`` on the union of their steps →
+    ``(steps [S], values [runs, S])``, NaN where a run logged nothing at a step.
+
+    Over ``max_points`` steps, ``max_points`` of them evenly spaced are kept (first and last included).
+
+    >>> steps, values = align_curves([(np.array([1, 2]), np.array([5.0, 6.0])),
+    ...                               (np.array([2, 3]), np.array([7.0, 8.0]))], 10)
+    >>> steps.tolist(), values.tolist()
+    ([1, 2, 3], [[5.0, 6.0, nan], [nan, 7.0, 8.0]])
+    """
+    steps = np.unique(np.concatenate([s for s, _ in curves]))
+    if len(steps) > max_points:
+        steps = steps[np.unique(np.linspace(0, len(steps) - 1, max_points).astype(int))]
+    matrix = np.full((len(curves), len(steps)), np.nan)
+    for i, (s, v) in enumerate(curves):
+        idx = np.searchsorted(s, steps)
+        ok = (idx < len(s)) & (s[np.minimum(idx, len(s) - 1)] == steps)
+        matrix[i, ok] = v[idx[ok]]
+    return steps, matrix
+
+
+def finite_mean_ci(
+    values: Sequence[float], *, reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED
+) -> Interval:
+    """Mean of one cell's finite seed values ``[runs]`` with its bootstrap CI; all NaN without any."""
+    clean = [v for v in values if math.isfinite(v)]
+    if not clean:
+        return Interval(math.nan, math.nan, math.nan)
+    return stratified_bootstrap_ci(clean, mean_score, reps=reps, seed=seed)
+
+
+def finite_iqm(values: Sequence[float]) -> float:
+    """Interquartile mean of the finite values ``[runs]`` (NaN without any).
+
+    >>> finite_iqm([1.0, float("nan"), 3.0])
+    2.0
+    """
+    finite = np.array([v for v in values if math.isfinite(v)])
+    return float(iqm(as_matrix(finite))) if len(finite) else math.nan

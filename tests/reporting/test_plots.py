@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
+from mrbench.reporting.drawing import FigureJob, render
 from mrbench.reporting.plots import (
     Band,
-    FigureJob,
     ParetoPoint,
     advantage_share_bars,
     correlation_heatmaps,
@@ -17,7 +17,6 @@ from mrbench.reporting.plots import (
     method_colors,
     pareto_front,
     pareto_plot,
-    render,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -15,6 +15,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
+from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.engine.tracking import ensure_experiment
 from mrbench.reporting.build import build_report
@@ -115,10 +116,13 @@ def test_table_numbers_are_the_logged_eval_metrics(store: Store, synthetic: Buil
     runs = [
         r
         for r in client.search_runs([experiment.experiment_id], max_results=100)
-        if r.data.tags.get("mrbench.method") == "corrgrpo"
-        and r.data.tags.get("mrbench.task") == "tool-calling"
+        if layout.read_tag(r.data.tags, layout.METHOD) == "corrgrpo"
+        and layout.read_tag(r.data.tags, layout.TASK) == "tool-calling"
     ]
-    values = sorted((int(r.data.tags["mrbench.seed"]), r.data.metrics["eval/exact_match"]) for r in runs)
+    values = sorted(
+        (int(layout.read_tag(r.data.tags, layout.SEED)), r.data.metrics[layout.eval_metric("exact_match")])
+        for r in runs
+    )
     row = next(
         line
         for line in synthetic.text.splitlines()
@@ -129,9 +133,10 @@ def test_table_numbers_are_the_logged_eval_metrics(store: Store, synthetic: Buil
 
 
 def test_report_is_logged_to_the_parent_run(store: Store, synthetic: Built) -> None:
-    logged = {a.path for a in MlflowClient(tracking_uri=store.uri).list_artifacts(synthetic.parent, "report")}
-    assert "report/report.md" in logged
-    assert {f"report/{p.name}" for p in synthetic.out.glob("*.png")} <= logged
+    client = MlflowClient(tracking_uri=store.uri)
+    logged = {a.path for a in client.list_artifacts(synthetic.parent, layout.REPORT_DIR)}
+    assert f"{layout.REPORT_DIR}/report.md" in logged
+    assert {f"{layout.REPORT_DIR}/{p.name}" for p in synthetic.out.glob("*.png")} <= logged
 
 
 def test_regeneration_is_byte_identical_with_either_reader(store: Store, synthetic: Built) -> None:
@@ -160,32 +165,33 @@ def log_run(
 ) -> str:
     """A minimal cell run: tags, eval before/after of a lower-is-better primary metric, and
     training curves only if ``curves`` (metric key → value per step) is given."""
-    tags = {
-        "mrbench.method": method,
-        "mrbench.task": task,
-        "mrbench.model": "tiny",
-        "mrbench.seed": str(seed),
-        "mrbench.run_key": key or f"{method}-{seed}-{task}",
-        "mrbench.git_sha": "abc",
-        "mrbench.primary_metric": primary,
-        "mrbench.lower_is_better": "asr",
-        "mrbench.reward_components": components,
+    values = {
+        layout.METHOD: method,
+        layout.TASK: task,
+        layout.MODEL: "tiny",
+        layout.SEED: str(seed),
+        layout.RUN_KEY: key or f"{method}-{seed}-{task}",
+        layout.GIT_SHA: "abc",
+        layout.PRIMARY_METRIC: primary,
+        layout.LOWER_IS_BETTER: "asr",
+        layout.REWARD_COMPONENTS: components,
     }
+    tags = {layout.tag(name): value for name, value in values.items()}
     run_id = client.create_run(experiment_id, tags=tags).info.run_id
     now = int(time.time() * 1000)
     client.log_batch(
         run_id,
         metrics=[
-            Metric(f"eval_before/{primary}", before, now, 0),
-            Metric(f"eval/{primary}", before, now, 0),
-            Metric(f"eval/{primary}", after, now + 1, 10),
+            Metric(layout.eval_before_metric(primary), before, now, 0),
+            Metric(layout.eval_metric(primary), before, now, 0),
+            Metric(layout.eval_metric(primary), after, now + 1, 10),
             *[
                 Metric(k, v, now, step)
                 for k, values in (curves or {}).items()
                 for step, v in enumerate(values)
             ],
         ],
-        params=[Param(f"method.{k}", v) for k, v in (params or {}).items()],
+        params=[Param(layout.METHOD_PARAM + k, v) for k, v in (params or {}).items()],
     )
     time.sleep(0.005)  # distinct end times: "latest FINISHED" must be well defined
     client.set_terminated(run_id, status)
@@ -216,9 +222,9 @@ def test_not_improved_runs_show_each_component_moving(store: Store, tmp_path: Pa
     experiment_id = ensure_experiment("components", store.uri)
     # 40 steps: the report averages 10 at each end (10 % would be 4, below its minimum window).
     curves = {
-        "reward": [1.0] * 20 + [0.8] * 20,
-        "rewards/utility/mean": [0.1] * 20 + [0.3] * 20,
-        "rewards/safety/mean": [0.9] * 20 + [0.5] * 20,
+        layout.REWARD: [1.0] * 20 + [0.8] * 20,
+        layout.reward_mean("utility"): [0.1] * 20 + [0.3] * 20,
+        layout.reward_mean("safety"): [0.9] * 20 + [0.5] * 20,
     }
     log_run(
         client,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -128,3 +129,20 @@ def test_separated_winner_respects_direction_and_overlap() -> None:
     assert stats.separated_winner({"a": good}) is None
     missing = stats.Interval(float("nan"), float("nan"), float("nan"))
     assert stats.separated_winner({"a": good, "b": missing}) is None
+
+
+def test_align_curves_thins_long_curves_keeping_both_ends() -> None:
+    steps = np.arange(1, 1001)
+    aligned, values = stats.align_curves([(steps, steps * 2.0), (steps[::2], steps[::2] * 3.0)], 300)
+    assert len(aligned) == 300 and aligned[0] == 1 and aligned[-1] == 1000
+    assert np.array_equal(values[0], aligned * 2.0)
+    odd = aligned % 2 == 1  # the second run logged odd steps only
+    assert np.array_equal(values[1][odd], aligned[odd] * 3.0) and np.isnan(values[1][~odd]).all()
+
+
+def test_curve_ends_and_cell_interval_without_values() -> None:
+    assert math.isnan(stats.head_mean(None)) and math.isnan(stats.tail_mean(np.array([])))
+    assert stats.tail_mean(np.arange(100.0)) == np.mean(np.arange(90.0, 100.0))  # 10 % = 10 steps
+    empty = stats.finite_mean_ci([math.nan])
+    assert math.isnan(empty.point) and math.isnan(empty.low) and math.isnan(empty.high)
+    assert math.isnan(stats.finite_iqm([]))

@@ -1,0 +1,173 @@
+"""Which runs a report uses, and what their tags say about methods and tasks.
+
+A sweep's experiment holds every attempt of every cell: re-runs after a failure, runs with
+changed settings, sweep invocations (parent runs). :func:`select_runs` keeps the latest FINISHED
+run per run key, then the latest per method label × task × model × seed, and records what the
+report must warn about. Method labels tell apart one method run with several hyper-parameter
+settings; :func:`task_info` reads a task's reward components and metrics from its runs' tags.
+All names are read through :mod:`mrbench.core.layout`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mrbench.core import layout
+from mrbench.reporting.store import RunRecord
+
+BASELINE = "grpo"
+"""The method every other is compared with (probability of improvement); listed first."""
+
+
+@dataclass
+class Selection:
+    """The runs a report uses and what it must warn about."""
+
+    cells: dict[tuple[str, str], dict[str, list[RunRecord]]]  # (task, model) → method label → runs by seed
+    failed: list[RunRecord] = field(default_factory=list)  # latest attempt of keys that never finished
+    recovered: int = 0  # failed/killed attempts whose key later FINISHED
+    superseded: list[str] = field(default_factory=list)  # cells with several configs; latest kept
+    parents: list[RunRecord] = field(default_factory=list)  # sweep invocations, oldest first
+
+    def runs(self) -> list[RunRecord]:
+        """Every selected run, cell by cell (task × model, then method, then seed)."""
+        return [r for methods in self.cells.values() for rs in methods.values() for r in rs]
+
+
+def run_end(run: RunRecord) -> int:
+    """When a run ended (its start when it has no end time): what "latest" compares."""
+    return run.end_time or run.start_time
+
+
+def cell_label(run: RunRecord) -> str:
+    """``method|task|model|sSEED`` of a cell run, as the sweep names cells."""
+    t = run.tags
+    method, task = layout.read_tag(t, layout.METHOD), layout.read_tag(t, layout.TASK)
+    model, seed = layout.read_tag(t, layout.MODEL), layout.read_tag(t, layout.SEED)
+    return f"{method}|{task}|{model}|s{seed}"
+
+
+def method_labels(runs: list[RunRecord]) -> dict[str, str]:
+    """``run_id → method label``: the method name, plus its differing hyper-parameters when one
+    method was run with several settings in the sweep (e.g. ``corrgrpo(floor=1.0)``)."""
+    by_method: dict[str, set[tuple[tuple[str, str], ...]]] = defaultdict(set)
+    signature = {}
+    for run in runs:
+        hp = tuple(
+            sorted(
+                (layout.strip_prefix(layout.METHOD_PARAM, k), v)
+                for k, v in run.params.items()
+                if k.startswith(layout.METHOD_PARAM)
+            )
+        )
+        signature[run.run_id] = hp
+        by_method[run.tags[layout.tag(layout.METHOD)]].add(hp)
+    labels = {}
+    for run in runs:
+        method = run.tags[layout.tag(layout.METHOD)]
+        variants = by_method[method]
+        if len(variants) == 1:
+            labels[run.run_id] = method
+            continue
+        differing = {k for variant in variants for k, v in variant if any((k, v) not in o for o in variants)}
+        shown = ",".join(f"{k}={v}" for k, v in signature[run.run_id] if k in differing)
+        labels[run.run_id] = f"{method}({shown})"
+    return labels
+
+
+def _latest_per_key(children: list[RunRecord]) -> tuple[list[RunRecord], list[RunRecord], int]:
+    """``(chosen, failed, recovered)``: the latest FINISHED run of each run key; the latest attempt
+    of keys that never finished; how many failed/killed attempts a later FINISHED run replaced."""
+    by_key: dict[str, list[RunRecord]] = defaultdict(list)
+    for run in children:
+        by_key[run.tags[layout.tag(layout.RUN_KEY)]].append(run)
+    chosen, failed, recovered = [], [], 0
+    for attempts in by_key.values():
+        finished = [r for r in attempts if r.status == "FINISHED"]
+        if finished:
+            chosen.append(max(finished, key=run_end))
+            recovered += sum(r.status in ("FAILED", "KILLED") for r in attempts)
+        else:
+            failed.append(max(attempts, key=lambda r: r.start_time))
+    return chosen, failed, recovered
+
+
+def select_runs(runs: list[RunRecord]) -> Selection:
+    """Latest FINISHED run per run key, then per (method label, task, model, seed)."""
+    parents = sorted(
+        (r for r in runs if layout.read_tag(r.tags, layout.ROLE) == layout.ROLE_SWEEP),
+        key=lambda r: r.start_time,
+    )
+    chosen, failed, recovered = _latest_per_key([r for r in runs if layout.read_tag(r.tags, layout.RUN_KEY)])
+    labels = method_labels(chosen)
+    by_cell: dict[tuple[str, str, str, str], list[RunRecord]] = defaultdict(list)
+    for run in chosen:
+        t = run.tags
+        by_cell[
+            (
+                labels[run.run_id],
+                layout.read_tag(t, layout.TASK, "?"),
+                layout.read_tag(t, layout.MODEL, "?"),
+                layout.read_tag(t, layout.SEED, "0"),
+            )
+        ].append(run)
+    cells: dict[tuple[str, str], dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
+    superseded = []
+    for (label, task, model, seed), group in sorted(by_cell.items()):
+        latest = max(group, key=run_end)
+        if len(group) > 1:
+            superseded.append(f"{label}|{task}|{model}|s{seed} ({len(group)} settings)")
+        cells[(task, model)][label].append(latest)
+    for methods in cells.values():
+        for runs_ in methods.values():
+            runs_.sort(key=lambda r: int(layout.read_tag(r.tags, layout.SEED, "0")))
+    failed.sort(
+        key=lambda r: tuple(
+            layout.read_tag(r.tags, name) for name in (layout.TASK, layout.MODEL, layout.METHOD, layout.SEED)
+        )
+    )
+    return Selection({k: dict(v) for k, v in cells.items()}, failed, recovered, superseded, parents)
+
+
+def common(values: Sequence[str], default: str = "") -> str:
+    """The most frequent value (the first seen among equals), or ``default`` for none."""
+    return Counter(values).most_common(1)[0][0] if values else default
+
+
+def ordered(names: set[str] | list[str], preferred: Sequence[str]) -> list[str]:
+    """``names`` in the ``preferred`` order (the sweep config's), then the rest sorted with the
+    baseline first."""
+    names = set(names)
+    head = [n for n in preferred if n in names]
+    rest = sorted(names - set(head), key=lambda n: (n != BASELINE, n))
+    return head + rest
+
+
+@dataclass
+class TaskInfo:
+    """What the runs of one task say about it (from their tags)."""
+
+    components: list[str]
+    primary: str
+    lower_is_better: set[str]
+
+    @property
+    def primary_lower_is_better(self) -> bool:
+        """True when a smaller value of the primary metric is better."""
+        return self.primary in self.lower_is_better
+
+
+def task_info(runs: list[RunRecord]) -> TaskInfo:
+    """The task's reward components, primary metric and lower-is-better metrics; each the value
+    most of its runs carry (runs of an older task version may differ)."""
+
+    def most(name: str) -> str:
+        return common([layout.read_tag(r.tags, name) for r in runs])
+
+    return TaskInfo(
+        layout.split_list(most(layout.REWARD_COMPONENTS)),
+        most(layout.PRIMARY_METRIC),
+        set(layout.split_list(most(layout.LOWER_IS_BETTER))),
+    )
