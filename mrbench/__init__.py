@@ -8,7 +8,55 @@ The public API for plugin authors is re-exported here; everything else lives in 
 - :mod:`mrbench.engine`: one cell: spec → model → trainer → tracking
 - :mod:`mrbench.sweeps`, :mod:`mrbench.reporting`, :mod:`mrbench.cli`: the grid, the reports, the command line
 
-Importing :mod:`mrbench` loads no model, data or heavy library.
+A plugin package adds an estimator or a task without editing mrbench::
+
+    from mrbench import register_method
+
+    @register_method("my-adv")
+    def my_adv(rewards, weights, *, eps: float = 1e-6):  # [P, G, K], [K] -> [P, G]
+        ...
+
+and makes ``mrbench`` import it through an entry point (``[project.entry-points."mrbench.methods"]
+my-adv = "my_pkg.adv:my_adv"``; tasks: group ``mrbench.tasks``, a factory returning a
+:class:`Task` subclass), or is named ``my_pkg.adv:my_adv`` wherever a method name is expected.
+
+Importing :mod:`mrbench` loads no model, data or heavy library: the names below are imported on
+first access (``register_method`` brings in torch, as every method needs it).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+# Public name → the module that defines it.
+_EXPORTS = {
+    "register_method": "mrbench.methods._registry",
+    "register_task": "mrbench.tasks",
+    "Task": "mrbench.core.contracts",
+    "Sample": "mrbench.core.contracts",
+    "RewardComponent": "mrbench.core.contracts",
+    "EvalResult": "mrbench.core.contracts",
+    "Generator": "mrbench.core.contracts",
+    "Message": "mrbench.core.contracts",
+    "completion_text": "mrbench.core.contracts",
+    "clean_reward": "mrbench.core.contracts",
+    "UserError": "mrbench.core.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first access (PEP 562), keeping ``import mrbench`` light."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mrbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -1,6 +1,7 @@
 """The ``mrbench`` command line (Typer). Commands live in :mod:`mrbench.cli.commands`.
 
-User errors (unknown names, bad values, bad files) print ``error: …`` and exit with code 2.
+User errors (any :class:`mrbench.core.errors.UserError`: unknown names, bad values, bad files,
+plugins that cannot be loaded) print ``error: …`` and exit with code 2.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import sys
 import typer
 
 from mrbench.core.errors import UserError
-from mrbench.core.registry import RegistryError
 
 app = typer.Typer(
     name="mrbench",
@@ -35,12 +35,13 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
-def main() -> None:
-    """Entry point with user errors turned into exit code 2 and a one-line message."""
+def main(cli: typer.Typer = app) -> None:
+    """Entry point of ``cli`` (default: the ``mrbench`` app) with user errors turned into exit code 2
+    and a one-line message."""
     try:
         # Non-standalone click *returns* the exit code of typer.Exit instead of raising it.
-        code = app(standalone_mode=False)
-    except (UserError, RegistryError) as exc:
+        code = cli(standalone_mode=False)
+    except UserError as exc:  # every user-facing error (mrbench.core.errors)
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except typer.Exit as exc:

@@ -3,13 +3,12 @@
 Rows are rollouts in order, columns are reward components. ``nan``, ``none``, ``null`` and an
 empty cell mark an unscorable value; ``inf`` parses (the methods treat it as unscorable). Every
 problem a user can cause raises :class:`mrbench.core.errors.UserError` naming the value and its row.
+(``--param key=value`` is parsed by :mod:`mrbench.kit.keyvalue`, like every other flag's settings.)
 
 >>> parse_rewards_text("1,0.5; 0, nan").tolist()
 [[1.0, 0.5], [0.0, nan]]
 >>> to_groups(parse_rewards_text("1;2;3;4"), 2).shape
 torch.Size([2, 2, 1])
->>> parse_params(["eps=1e-4"])
-{'eps': '1e-4'}
 """
 
 from __future__ import annotations
@@ -168,17 +167,3 @@ def parse_weights(text: str | None, k: int) -> Tensor:
             f"got {len(weights)} weights ({text!r}) for {k} reward components: give one per component"
         )
     return torch.tensor(weights, dtype=torch.float64)
-
-
-def parse_params(pairs: list[str]) -> dict[str, str]:
-    """Parse ``["key=value", …]`` into a dict (values stay strings; the registry coerces them)."""
-    params: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value:
-            raise UserError(f"malformed parameter {pair!r}: expected key=value, e.g. eps=1e-4")
-        if key in params:
-            raise UserError(f"parameter {key!r} given twice ({params[key]!r} and {value!r})")
-        params[key] = value
-    return params

@@ -1,40 +1,46 @@
 """A small name → plugin registry shared by methods and tasks.
 
-A plugin is registered with a decorator (or lazily as ``"module:attr"``). The registry records
-the plugin's keyword-only parameters and their defaults from its signature, so that
-hyper-parameters are declared once and flow from there into CLI validation, MLflow params and
+A plugin is registered with a decorator, lazily as ``"module:attr"`` (the built-in tasks), from a
+Python entry point of the registry's group, or on first use of a ``"module:attr"`` name. The
+registry records the plugin's keyword-only parameters and their defaults from its signature, so
+that hyper-parameters are declared once and flow from there into CLI validation, MLflow params and
 the run key. Unknown names raise :class:`UnknownNameError` with "did you mean" suggestions.
+
+Entry points are discovered lazily: the first time a name is not found, or the registry is listed
+(:meth:`Registry.catalog`). A plugin that cannot be loaded raises :class:`PluginError` naming its
+entry point and distribution when it is used, and is reported beside (never instead of) the
+others when listed.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
+from mrbench.core.errors import PluginError, RegistryError, UnknownNameError, UnknownParamError
+
+__all__ = [
+    "BUILT_IN",
+    "Entry",
+    "PluginError",
+    "PluginProblem",
+    "Registry",
+    "RegistryError",
+    "UnknownNameError",
+    "UnknownParamError",
+    "coerce_value",
+]
+
 T = TypeVar("T", bound=Callable[..., Any])
+Check = Callable[[Any], None]
+"""A registry's protocol check on a plugin's object: raises ``TypeError`` saying what does not fit."""
 
-
-class RegistryError(ValueError):
-    """A user-facing error about a registry lookup or a plugin's parameters."""
-
-
-class UnknownNameError(RegistryError):
-    """Raised for a name that is not registered; carries close matches."""
-
-    def __init__(self, kind: str, name: str, known: list[str]) -> None:
-        self.kind = kind
-        self.name = name
-        self.suggestions = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(repr(s) for s in self.suggestions)}?" if self.suggestions else ""
-        super().__init__(f"unknown {kind} {name!r}.{hint} Known: {', '.join(sorted(known))}.")
-
-
-class UnknownParamError(RegistryError):
-    """Raised for a hyper-parameter that the plugin does not declare."""
+BUILT_IN = "built-in"
+"""The :attr:`Entry.source` of everything mrbench registers itself."""
 
 
 def _summary(obj: object) -> str:
@@ -51,6 +57,27 @@ def _keyword_params(fn: Callable[..., Any]) -> dict[str, Any]:
                 raise TypeError(f"hyper-parameter {p.name!r} of {fn.__qualname__} needs a default")
             params[p.name] = p.default
     return params
+
+
+def source_of(module: str) -> str:
+    """Where an object defined in ``module`` comes from: :data:`BUILT_IN` or ``"module <name>"``."""
+    return BUILT_IN if module == "mrbench" or module.startswith("mrbench.") else f"module {module}"
+
+
+def path_of(obj: Any) -> str:
+    """The ``"module:qualname"`` path of a function or class (a lazy target is its own path)."""
+    if isinstance(obj, str):
+        return obj
+    return f"{getattr(obj, '__module__', '')}:{getattr(obj, '__qualname__', '')}"
+
+
+def import_target(target: str) -> Any:
+    """The object ``"module:attr"`` names (``attr`` may be dotted, e.g. ``Class.factory``)."""
+    module, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def coerce_value(raw: Any, default: Any, *, key: str) -> Any:
@@ -86,24 +113,52 @@ def coerce_value(raw: Any, default: Any, *, key: str) -> Any:
 
 @dataclass
 class Entry(Generic[T]):
-    """One registered plugin: its name, the callable, its hyper-parameters and a summary."""
+    """One registered plugin: its name, the callable, its hyper-parameters and a summary.
+
+    ``source`` says where it came from: :data:`BUILT_IN`, ``"entry point <distribution>"`` or
+    ``"module <module>"``. ``origin`` is set for plugins only: it names the plugin in the
+    :class:`PluginError` raised when its target cannot be loaded or does not fit ``check``; a
+    built-in's ``ImportError`` propagates as is (a task whose package is missing is unavailable).
+    """
 
     name: str
     target: T | str
     summary: str = ""
     aliases: tuple[str, ...] = ()
+    source: str = BUILT_IN
+    origin: str | None = None
+    check: Check | None = field(default=None, repr=False)
     _params: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def loaded(self) -> bool:
+        """False while the target is still a lazy ``"module:attr"`` string."""
+        return not isinstance(self.target, str)
 
     @property
     def obj(self) -> T:
         """The callable, importing a lazy ``"module:attr"`` target on first use."""
         if isinstance(self.target, str):
-            module, _, attr = self.target.partition(":")
-            loaded = getattr(importlib.import_module(module), attr)
+            if self.origin is None:
+                loaded = import_target(self.target)
+                _verify(loaded, self.check)
+            else:
+                loaded = self._load_plugin(self.target, self.origin)
             self.target = loaded
             if not self.summary:
                 self.summary = _summary(loaded)
         return self.target  # type: ignore[return-value]
+
+    def _load_plugin(self, target: str, origin: str) -> T:
+        try:
+            loaded = import_target(target)
+        except Exception as exc:  # any failure in the plugin's own import names the plugin
+            raise PluginError(f"{origin} cannot be loaded: {type(exc).__name__}: {exc}") from exc
+        try:
+            _verify(loaded, self.check)
+        except TypeError as exc:
+            raise PluginError(f"{origin} does not fit: {exc}") from None
+        return loaded  # type: ignore[no-any-return]
 
     @property
     def params(self) -> dict[str, Any]:
@@ -117,6 +172,8 @@ class Entry(Generic[T]):
 
         Raises :class:`UnknownParamError` naming any key the plugin does not declare.
         """
+        import difflib
+
         params = self.params
         for key, raw in (overrides or {}).items():
             if key not in params:
@@ -130,13 +187,45 @@ class Entry(Generic[T]):
         return params
 
 
-class Registry(Generic[T]):
-    """Maps names (and aliases) to plugins, refusing duplicates."""
+@dataclass(frozen=True)
+class PluginProblem:
+    """A plugin that cannot be used: its name, where it came from and why (listed, never raised)."""
 
-    def __init__(self, kind: str) -> None:
+    name: str
+    source: str
+    reason: str
+
+
+def _verify(obj: Any, check: Check | None) -> None:
+    """``TypeError`` unless ``obj`` is callable, its hyper-parameters have defaults and ``check`` passes."""
+    if not callable(obj):
+        raise TypeError(f"{obj!r} is not callable")
+    try:
+        inspect.signature(obj)
+    except (TypeError, ValueError) as exc:  # e.g. a C function without introspectable parameters
+        raise TypeError(f"cannot read the parameters of {obj!r}: {exc}") from None
+    _keyword_params(obj)
+    if check is not None:
+        check(obj)
+
+
+class Registry(Generic[T]):
+    """Maps names (and aliases) to plugins, refusing duplicates.
+
+    ``group``: the entry-point group plugins from other distributions register in (e.g.
+    ``mrbench.methods``). ``check``: the protocol every plugin's object must fit, run when it is
+    registered or loaded.
+    """
+
+    def __init__(self, kind: str, *, group: str | None = None, check: Check | None = None) -> None:
         self.kind = kind
+        self.group = group
+        self.check = check
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, str] = {}
+        self._discovered = False
+        self.problems: list[PluginProblem] = []
+        """Entry points that were not registered (a bad value, a name already taken)."""
 
     def _add(self, entry: Entry[T]) -> None:
         for key in (entry.name, *entry.aliases):
@@ -149,13 +238,33 @@ class Registry(Generic[T]):
     def register(
         self, name: str, *, summary: str | None = None, aliases: tuple[str, ...] = ()
     ) -> Callable[[T], T]:
-        """Decorator registering ``fn`` under ``name``; summary defaults to its docstring's first line."""
+        """Decorator registering ``fn`` under ``name``; summary defaults to its docstring's first line.
+
+        ``fn`` must fit the registry's protocol (``TypeError`` otherwise, when its module is
+        imported). Used by plugin authors as ``mrbench.register_method`` / ``mrbench.register_task``.
+        """
 
         def decorator(fn: T) -> T:
-            self._add(Entry(name, fn, summary if summary is not None else _summary(fn), aliases))
+            _verify(fn, self.check)
+            text = summary if summary is not None else _summary(fn)
+            existing = self._entries.get(name)
+            if existing is not None and existing.target == path_of(fn):
+                # An entry point names this very function: loading it imported the module, which
+                # ran this decorator. One plugin, registered once, keeping its entry-point source.
+                existing.target, existing.summary = fn, existing.summary or text
+                self._add_aliases(existing, aliases)
+                return fn
+            self._add(Entry(name, fn, text, aliases, source_of(getattr(fn, "__module__", ""))))
             return fn
 
         return decorator
+
+    def _add_aliases(self, entry: Entry[T], aliases: tuple[str, ...]) -> None:
+        for alias in aliases:
+            if alias in self._entries or alias in self._aliases:
+                raise RegistryError(f"{self.kind} {alias!r} is already registered")
+            self._aliases[alias] = entry.name
+        entry.aliases = (*entry.aliases, *aliases)
 
     def register_lazy(
         self, name: str, target: str, *, summary: str = "", aliases: tuple[str, ...] = ()
@@ -163,21 +272,106 @@ class Registry(Generic[T]):
         """Register ``"module:attr"``, imported only when the entry is first used."""
         if ":" not in target:
             raise RegistryError(f"lazy target {target!r} must look like 'module:attr'")
-        self._add(Entry(name, target, summary, aliases))
+        source = source_of(target.partition(":")[0])
+        origin = None if source == BUILT_IN else f"{self.kind} {name!r} ({target})"
+        self._add(Entry(name, target, summary, aliases, source, origin, self.check))
+
+    def _lookup(self, name: str) -> Entry[T] | None:
+        return self._entries.get(self._aliases.get(name, name))
 
     def get(self, name: str) -> Entry[T]:
-        """The entry for ``name`` or an alias; :class:`UnknownNameError` otherwise."""
-        key = self._aliases.get(name, name)
-        if key not in self._entries:
+        """The entry for ``name``, an alias, an entry point's name or a ``"module:attr"`` path.
+
+        Raises :class:`UnknownNameError` (with suggestions) for an unknown name and
+        :class:`PluginError` for a ``"module:attr"`` path that cannot be imported or does not fit.
+        """
+        entry = self._lookup(name)
+        if entry is not None:
+            return entry
+        if ":" in name:
+            return self._resolve_path(name)
+        self.discover()
+        entry = self._lookup(name)
+        if entry is None:
+            # A plugin module may register more names with the decorator when it is imported.
+            self._load_plugins()
+            entry = self._lookup(name)
+        if entry is None:
             raise UnknownNameError(self.kind, name, list(self._entries) + list(self._aliases))
-        return self._entries[key]
+        return entry
+
+    def _resolve_path(self, name: str) -> Entry[T]:
+        """Register ``"module:attr"`` under that very string (the name its runs are recorded with)."""
+        module, _, attr = name.partition(":")
+        if not module.strip() or not attr.strip():
+            raise PluginError(f"{self.kind} {name!r}: expected a registered name or 'module:attr'")
+        entry: Entry[T] = Entry(name, name, source=f"module {module}", origin=f"{self.kind} {name!r}")
+        entry.check = self.check
+        entry.obj  # noqa: B018 - load now: a bad path fails here, naming itself
+        self._entries[name] = entry
+        return entry
+
+    def discover(self) -> None:
+        """Register the entry points of :attr:`group` (once; nothing is imported here).
+
+        An entry point whose value is not ``module:attr`` or whose name is already taken is left
+        out and recorded in :attr:`problems`.
+        """
+        if self._discovered or self.group is None:
+            return
+        self._discovered = True
+        for ep in entry_points(group=self.group):
+            dist = ep.dist.name if ep.dist is not None else "an unknown distribution"
+            source, label = f"entry point {dist}", f"entry point {ep.name!r} of {dist}"
+            if not ep.attr:
+                reason = f"{label}: value {ep.value!r} must look like 'module:attr'"
+                self.problems.append(PluginProblem(ep.name, source, reason))
+                continue
+            target = f"{ep.module}:{ep.attr}"
+            if ep.name in self._entries or ep.name in self._aliases:
+                taken = self._lookup(ep.name)
+                if taken is not None and path_of(taken.target) == target:
+                    continue  # the same plugin, already registered by its decorator
+                reason = f"{label} is ignored: {self.kind} {ep.name!r} is already registered"
+                self.problems.append(PluginProblem(ep.name, source, reason))
+                continue
+            origin = (
+                f"{self.kind} plugin {ep.name!r} (entry point '{ep.name} = {target}' "
+                f"in group {self.group}, from {dist})"
+            )
+            self._add(Entry(ep.name, target, "", (), source, origin, self.check))
+
+    def _load_plugins(self) -> list[PluginProblem]:
+        """Load every plugin entry not loaded yet; the ones that fail, with their errors."""
+        failed: list[PluginProblem] = []
+        for entry in list(self._entries.values()):
+            if entry.origin is not None and not entry.loaded:
+                try:
+                    entry.obj  # noqa: B018
+                except PluginError as exc:
+                    failed.append(PluginProblem(entry.name, entry.source, str(exc)))
+        return failed
+
+    def catalog(self) -> tuple[list[Entry[T]], list[PluginProblem]]:
+        """Every usable entry in registration order (built-ins first; plugins loaded, the built-in
+        lazy ones not) and the plugins that cannot be used; for ``mrbench methods`` / ``tasks``."""
+        self.discover()
+        failed = self._load_plugins()
+        broken = {p.name for p in failed}
+        return [e for e in self._entries.values() if e.name not in broken], [*self.problems, *failed]
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries or name in self._aliases
 
     def __iter__(self) -> Iterator[Entry[T]]:
-        return iter(self._entries.values())
+        """The entries registered so far (no discovery: the built-ins, unless plugins were used)."""
+        return iter(list(self._entries.values()))
 
     def names(self) -> list[str]:
         """Registered names in registration order (aliases excluded)."""
         return list(self._entries)
+
+    def builtin_names(self) -> list[str]:
+        """The names mrbench registers itself, whatever plugins are installed or were used: what
+        must not depend on them (e.g. the tiny models' warm start) iterates these."""
+        return [name for name, entry in self._entries.items() if entry.source == BUILT_IN]

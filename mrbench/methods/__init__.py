@@ -5,7 +5,8 @@ Every method has one signature::
     fn(rewards: Tensor[P, G, K], weights: Tensor[K], *, <hyper-parameters with defaults>) -> Tensor[P, G]
 
 NaN (or ±inf) marks an unscorable reward value; results are always finite. Importing this
-package registers the estimators and does nothing else.
+package registers the estimators and does nothing else. Estimators from other packages: see
+:mod:`mrbench.methods._registry` (decorator, entry points, ``module:function`` names).
 
 >>> import torch
 >>> r = torch.tensor([[[0.0], [1.0], [2.0], [float("nan")]]])
@@ -35,8 +36,9 @@ __all__ = ["METHODS", "compute_advantages", "diagnostics", "get_method", "regist
 
 
 def get_method(name: str) -> Entry[MethodFn]:
-    """The registry entry for ``name``; :class:`mrbench.core.registry.UnknownNameError` (with
-    suggestions) if it is not registered."""
+    """The registry entry for ``name`` (a registered name, an entry point's name or a
+    ``"module:function"`` path); :class:`mrbench.core.errors.UnknownNameError` (with suggestions)
+    if it is not registered, :class:`mrbench.core.errors.PluginError` if its plugin cannot be loaded."""
     return METHODS.get(name)
 
 
@@ -44,7 +46,7 @@ def compute_advantages(name: str, rewards: Tensor, weights: Tensor | None = None
     """Run method ``name`` on ``rewards`` ``[P, G, K]`` with ``weights`` ``[K]`` (default: ones).
 
     ``params`` override the method's hyper-parameters (strings are coerced to the default's
-    type); an undeclared one raises :class:`mrbench.core.registry.UnknownParamError`. Bad shapes or
+    type); an undeclared one raises :class:`mrbench.core.errors.UnknownParamError`. Bad shapes or
     non-finite weights raise ``ValueError`` naming the shape or value. Returns ``[P, G]``.
     """
     entry = get_method(name)

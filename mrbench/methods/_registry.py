@@ -4,12 +4,17 @@ Every method has one signature::
 
     fn(rewards: Tensor[P, G, K], weights: Tensor[K], *, <hyper-parameters with defaults>) -> Tensor[P, G]
 
-``rewards`` may hold NaN (unscorable); the result is always finite.
+``rewards`` may hold NaN (unscorable); the result is always finite. Methods from other packages
+register with the same decorator (``from mrbench import register_method``), through an entry
+point in the group ``mrbench.methods`` (``name = "package.module:function"``), or are named
+``package.module:function`` where a method name is expected.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from typing import Any
 
 from torch import Tensor
 
@@ -17,5 +22,21 @@ from mrbench.core.registry import Registry
 
 MethodFn = Callable[..., Tensor]
 
-METHODS: Registry[MethodFn] = Registry("method")
+ENTRY_POINT_GROUP = "mrbench.methods"
+
+
+def check_method(fn: Any) -> None:
+    """``TypeError`` unless ``fn`` can be called as ``fn(rewards, weights)`` (hyper-parameters
+    keyword-only with defaults)."""
+    signature = inspect.signature(fn)  # readable: the registry checks that first
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise TypeError(
+            f"a method takes (rewards, weights, *, <hyper-parameters with defaults>); "
+            f"{getattr(fn, '__qualname__', fn)!s} takes {signature}"
+        ) from None
+
+
+METHODS: Registry[MethodFn] = Registry("method", group=ENTRY_POINT_GROUP, check=check_method)
 register_method = METHODS.register

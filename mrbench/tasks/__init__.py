@@ -1,10 +1,15 @@
 """Tasks: each a package with data, reward components and evaluation, built by a registered factory.
 
 Entries are lazy (``"module:attr"``): importing :mod:`tasks` loads no task code, data or model.
+Tasks from other packages (a factory with keyword-only settings returning a :class:`Task`
+subclass) register with ``@register_task("name")`` (``from mrbench import register_task``),
+through an entry point in the group ``mrbench.tasks`` (``name = "package.module:factory"``), or
+are named ``package.module:factory`` where a task name is expected.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from mrbench.core.contracts import (
@@ -18,10 +23,26 @@ from mrbench.core.contracts import (
     clean_reward,
     completion_text,
 )
-from mrbench.core.errors import UserError
-from mrbench.core.registry import Entry, Registry
+from mrbench.core.errors import PluginError, UserError
+from mrbench.core.registry import BUILT_IN, Entry, Registry
 
-TASKS: Registry[Any] = Registry("task")
+ENTRY_POINT_GROUP = "mrbench.tasks"
+
+
+def check_task_factory(factory: Any) -> None:
+    """``TypeError`` unless every parameter of ``factory`` is a keyword-only setting (with a default,
+    which the registry checks): a task is built as ``factory(**settings)``."""
+    parameters = inspect.signature(factory).parameters.values()  # readable: the registry checks that first
+    positional = [p.name for p in parameters if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    if positional:
+        raise TypeError(
+            f"a task factory takes keyword-only settings with defaults (def factory(*, n_train=16)); "
+            f"{getattr(factory, '__qualname__', factory)!s} also takes {', '.join(positional)}"
+        )
+
+
+TASKS: Registry[Any] = Registry("task", group=ENTRY_POINT_GROUP, check=check_task_factory)
+register_task = TASKS.register
 
 TASKS.register_lazy(
     "tool-calling",
@@ -41,7 +62,8 @@ TASKS.register_lazy(
 
 
 def get_task_entry(name: str) -> Entry[Any]:
-    """The registry entry for ``name`` (raises ``UnknownNameError`` with suggestions)."""
+    """The registry entry for ``name`` (a registered name, an entry point's name or a
+    ``"module:factory"`` path); raises ``UnknownNameError`` with suggestions, or ``PluginError``."""
     return TASKS.get(name)
 
 
@@ -50,14 +72,23 @@ def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
 
     Unknown settings raise ``UnknownParamError``; a value the task's factory rejects (its
     ``ValueError``, e.g. ``n_eval=-1`` or an unknown attack style) raises :class:`UserError`
-    naming the task, so the CLI prints one line and exits 2 instead of a traceback.
+    naming the task, so the CLI prints one line and exits 2 instead of a traceback. A plugin's
+    factory that returns something other than a :class:`Task` raises :class:`PluginError`.
     """
     entry = TASKS.get(name)
     resolved = entry.resolve_params(params)
     try:
-        return entry.obj(**resolved)
+        task = entry.obj(**resolved)
+    except UserError:
+        raise
     except ValueError as exc:
         raise UserError(f"bad setting for task {name!r}: {exc}") from None
+    if entry.source != BUILT_IN and not isinstance(task, Task):
+        raise PluginError(
+            f"task {name!r} ({entry.source}): its factory returned a {type(task).__name__}, "
+            "not a mrbench.Task subclass"
+        )
+    return task
 
 
 __all__ = [
@@ -73,4 +104,5 @@ __all__ = [
     "clean_reward",
     "completion_text",
     "get_task_entry",
+    "register_task",
 ]

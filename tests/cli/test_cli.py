@@ -7,6 +7,10 @@ import subprocess
 import sys
 
 import pytest
+import typer
+
+from mrbench.cli.app import main
+from mrbench.core.errors import PluginError, RegistryError, UnknownNameError, UnknownParamError, UserError
 
 
 def mrbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -19,11 +23,13 @@ def test_methods_json_shape():
     proc = mrbench("methods", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
-    names = {row["name"] for row in rows}
-    assert {"grpo", "dr-grpo", "gdpo", "gdpo-nobn", "corrgrpo", "gdpo-corr"} <= names
+    builtin = {"grpo", "dr-grpo", "gdpo", "gdpo-nobn", "corrgrpo", "gdpo-corr"}
+    assert builtin <= {row["name"] for row in rows}
     for row in rows:
-        assert set(row) == {"name", "params", "summary"}
-        assert isinstance(row["params"], dict) and row["summary"]
+        if row["name"] in builtin:
+            assert set(row) == {"name", "source", "params", "summary", "available"}
+            assert row["source"] == "built-in" and row["available"]
+            assert isinstance(row["params"], dict) and row["summary"]
 
 
 def test_tasks_json_shape():
@@ -31,7 +37,7 @@ def test_tasks_json_shape():
     assert proc.returncode == 0, proc.stderr
     rows = {row["name"]: row for row in json.loads(proc.stdout)}
     tool = rows["tool-calling"]
-    assert tool["available"] and tool["version"]
+    assert tool["available"] and tool["version"] and tool["source"] == "built-in"
     assert set(tool["weights"]) == set(tool["rewards"]) and len(tool["rewards"]) == 4
 
 
@@ -84,6 +90,14 @@ def test_advantages_rewards_file(tmp_path):
         (["advantages", "--method", "grpo", "--rewards", "1,x;3,4"], "'x'"),
         (["advantages", "--method", "grpo", "--rewards", "1;2;3", "--group-size", "2"], "group size"),
         (["advantages", "--method", "grpo", "--rewards", "1;2", "--param", "epz=1"], "epz"),
+        (
+            ["advantages", "--method", "grpo", "--rewards", "1;2", "--param", "eps=1", "--param", "eps=2"],
+            "twice",
+        ),
+        (["advantages", "--method", "no_such_module_xyz:fn", "--rewards", "1;2"], "no_such_module_xyz"),
+        (["run", "--method", "json:dumps"], "method 'json:dumps' does not fit"),
+        (["run", "--param", "eps"], "--param expects key=value, got 'eps'"),
+        (["run", "--steps", "3", "--train", "steps=4"], "give one of them"),
         (["run", "--method", "gdpoo"], "gdpoo"),
         (["run", "--task", "tool-caling"], "tool-caling"),
         (["run", "--model", "tiny-xxl"], "tiny-xxl"),
@@ -103,3 +117,34 @@ def test_unreachable_tracking_store_fails_before_training(tmp_path):
     proc = mrbench("run", "--tracking-uri", f"sqlite:///{tmp_path}/missing/dir/mlflow.db")
     assert proc.returncode == 2
     assert "does not exist" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        UserError("input file 'x.jsonl' does not exist"),
+        RegistryError("bad value 'x' for parameter 'eps': expected float"),
+        UnknownNameError("method", "grpoo", ["grpo", "gdpo"]),
+        UnknownParamError("unknown parameter 'epz' for 'grpo'."),
+        PluginError(
+            "method plugin 'p' (entry point 'p = m:f' in group mrbench.methods, from d) cannot be loaded"
+        ),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_every_user_error_prints_its_message_and_exits_2(error, monkeypatch, capsys):
+    cli = typer.Typer()
+
+    @cli.command()
+    def fail() -> None:
+        raise error
+
+    @cli.command()
+    def other() -> None:  # a second command keeps `fail` a subcommand
+        """Unused."""
+
+    monkeypatch.setattr(sys, "argv", ["mrbench", "fail"])
+    with pytest.raises(SystemExit) as info:
+        main(cli)
+    assert info.value.code == 2
+    assert capsys.readouterr().err == f"error: {error}\n"

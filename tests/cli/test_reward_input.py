@@ -1,4 +1,4 @@
-"""Parsing rewards, weights and key=value params for ``mrbench advantages``."""
+"""Parsing rewards and weights for ``mrbench advantages`` (``--param``: tests/kit/test_keyvalue.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mrbench.cli.reward_input import (
-    load_rewards_file,
-    parse_params,
-    parse_rewards_text,
-    parse_weights,
-    to_groups,
-)
+from mrbench.cli.reward_input import load_rewards_file, parse_rewards_text, parse_weights, to_groups
 from mrbench.core.errors import UserError
 
 
@@ -119,20 +113,6 @@ def test_parse_weights() -> None:
         parse_weights("1,x", 2)
     with pytest.raises(UserError, match="bad weight 'nan'"):
         parse_weights("1,nan", 2)
-
-
-def test_parse_params() -> None:
-    assert parse_params([]) == {}
-    assert parse_params(["eps=1e-4", " min_corr_sum = 0.5 ", "tag=a=b"]) == {
-        "eps": "1e-4",
-        "min_corr_sum": "0.5",
-        "tag": "a=b",
-    }
-    for bad in ("eps", "=1", "eps="):
-        with pytest.raises(UserError, match=f"malformed parameter '{bad}'"):
-            parse_params([bad])
-    with pytest.raises(UserError, match="'eps' given twice"):
-        parse_params(["eps=1", "eps=2"])
 
 
 def test_parsed_rows_run_through_a_method() -> None:

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from mrbench.core.registry import RegistryError, UnknownNameError, UnknownParamError
+from mrbench.core.errors import PluginError, RegistryError, UnknownNameError, UnknownParamError
 from mrbench.methods import METHODS, compute_advantages, get_method, register_method
 
 EXPECTED = {"grpo", "dr-grpo", "gdpo", "gdpo-nobn", "corrgrpo", "corrgrpo-guarded", "gdpo-corr"}
@@ -52,6 +52,28 @@ def test_duplicate_registration_refused() -> None:
     with pytest.raises(RegistryError, match="already registered"):
         register_method("grpo")(again)
     assert get_method("grpo").obj.__name__ == "grpo"
+
+
+def test_method_signature_checked_when_registered() -> None:
+    def one_input(rewards, *, eps: float = 1e-6):  # pragma: no cover - never called
+        return rewards
+
+    with pytest.raises(TypeError, match=r"a method takes \(rewards, weights, \*"):
+        register_method("one-input")(one_input)
+    assert "one-input" not in METHODS
+
+
+def test_module_path_names_a_method_by_the_given_string() -> None:
+    entry = get_method("mrbench.methods.grpo:dr_grpo")
+    assert entry.name == "mrbench.methods.grpo:dr_grpo" and entry.obj is get_method("dr-grpo").obj
+    r = torch.randn(2, 4, 3)
+    assert torch.equal(
+        compute_advantages("mrbench.methods.grpo:dr_grpo", r), compute_advantages("dr-grpo", r)
+    )
+    with pytest.raises(PluginError, match="method 'torch:cat' does not fit: cannot read the parameters"):
+        get_method("torch:cat")
+    with pytest.raises(PluginError, match="No module named 'no_such_module_xyz'"):
+        get_method("no_such_module_xyz:fn")
 
 
 def test_unknown_param_refused_and_strings_coerced() -> None:

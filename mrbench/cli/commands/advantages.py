@@ -11,7 +11,9 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("advantages")
     def advantages_cmd(
-        method: str = typer.Option(..., "--method", help="Registered method name (see `mrbench methods`)."),
+        method: str = typer.Option(
+            ..., "--method", help="Method name (see `mrbench methods`) or package.module:function."
+        ),
         rewards: str = typer.Option(
             None, "--rewards", help='Rows "r,r,r;r,r,r;…" (one row per rollout; nan = unscorable).'
         ),
@@ -29,14 +31,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compute advantages for reward rows; each consecutive run of --group-size rows is one group."""
         import mrbench.methods as methods
-        from mrbench.cli.reward_input import (
-            load_rewards_file,
-            parse_params,
-            parse_rewards_text,
-            parse_weights,
-            to_groups,
-        )
+        from mrbench.cli.reward_input import load_rewards_file, parse_rewards_text, parse_weights, to_groups
         from mrbench.core.errors import UserError
+        from mrbench.kit.keyvalue import parse_key_values
 
         if (rewards is None) == (rewards_file is None):
             raise UserError("give exactly one of --rewards or --rewards-file")
@@ -44,7 +41,7 @@ def register(app: typer.Typer) -> None:
         grouped = to_groups(rows, group_size)
         w = parse_weights(weights, grouped.shape[-1])
         entry = methods.get_method(method)
-        params = entry.resolve_params(parse_params(param))
+        params = entry.resolve_params(parse_key_values(param, flag="--param"))
         adv = entry.obj(grouped, w, **params)
         diag = methods.diagnostics(grouped, w, adv)
         flat = [float(a) for a in adv.reshape(-1).tolist()]

@@ -5,23 +5,15 @@ from __future__ import annotations
 import typer
 
 
-def _pairs(values: list[str], flag: str) -> dict[str, str]:
-    from mrbench.core.errors import UserError
-
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"{flag} expects key=value, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(
-        method: str = typer.Option("grpo", "--method", help="Advantage estimator (see `mrbench methods`)."),
-        task: str = typer.Option("tool-calling", "--task", help="Task (see `mrbench tasks`)."),
+        method: str = typer.Option(
+            "grpo", "--method", help="Advantage estimator (see `mrbench methods`) or package.module:function."
+        ),
+        task: str = typer.Option(
+            "tool-calling", "--task", help="Task (see `mrbench tasks`) or package.module:factory."
+        ),
         model: str = typer.Option("tiny", "--model", help="Tiny preset, Hugging Face id or local path."),
         seed: int = typer.Option(0, "--seed", help="Training seed."),
         steps: int = typer.Option(None, "--steps", help="GRPO optimizer steps (default: 30)."),
@@ -37,20 +29,24 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="No per-step progress bar."),
     ) -> None:
         """Warm-start or load the model, evaluate, train with GRPO and the chosen method, evaluate again."""
+        from mrbench.core.errors import UserError
         from mrbench.engine.config import resolve_spec
         from mrbench.engine.runner import run_cell
         from mrbench.engine.tracking import check_tracking_reachable, resolve_tracking_uri
+        from mrbench.kit.keyvalue import parse_key_values
 
-        overrides = _pairs(train, "--train")
+        overrides = parse_key_values(train, flag="--train")
         if steps is not None:
+            if "steps" in overrides:
+                raise UserError(f"--steps {steps} and --train steps={overrides['steps']}: give one of them")
             overrides["steps"] = str(steps)
         spec = resolve_spec(
             method,
             task,
             model,
             seed,
-            method_params=_pairs(param, "--param"),
-            task_params=_pairs(task_param, "--task-param"),
+            method_params=parse_key_values(param, flag="--param"),
+            task_params=parse_key_values(task_param, flag="--task-param"),
             train=overrides,
         )
         uri = resolve_tracking_uri(tracking_uri)

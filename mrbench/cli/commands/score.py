@@ -12,7 +12,10 @@ def register(app: typer.Typer) -> None:
     @app.command("score")
     def score_cmd(
         task: Annotated[
-            str, typer.Option("--task", help="Task (see `mrbench tasks`), e.g. code-generation.")
+            str,
+            typer.Option(
+                "--task", help="Task (see `mrbench tasks`) or package.module:factory, e.g. code-generation."
+            ),
         ],
         input_file: Annotated[
             Path | None,
