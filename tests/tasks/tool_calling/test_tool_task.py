@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -89,6 +90,10 @@ def test_max_completion_tokens_fits_every_gold_answer() -> None:
     assert max(lengths) <= task.max_completion_tokens
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("bfcl_eval") is None,
+    reason='needs the BFCL data: pip install --no-deps "bfcl-eval==2026.3.23"',
+)
 def test_bfcl_eval_set_keeps_embedded_training() -> None:
     task = tool_calling(dataset="bfcl", n_eval=6, n_train=8)
     assert task.max_completion_tokens == 256
