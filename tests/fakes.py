@@ -158,6 +158,7 @@ def synthetic_metrics(
     k = len(fake.components)
     q = _quality(spec)
     rows: list[tuple[str, float, int]] = []
+    others = [m for m in ("grpo", "gdpo", "corrgrpo") if m != method]  # shadows (real runs: all others)
     for step in range(1, steps + 1, every):
         progress = 1.0 - math.exp(-3.0 * step / steps)
         total = 0.0
@@ -175,7 +176,10 @@ def synthetic_metrics(
             (layout.adv_metric("sign_flip_vs_grpo"), 0.0 if method == "grpo" else 0.05, step),
             (layout.adv_metric("abs_mean"), 0.8, step),
             (layout.TRAIN + "loss", 0.1 * _unit_noise(seed, step), step),
+            (layout.ADV_RESOLUTION, _shadow(method, method)["resolution"], step),
         ]
+        for other in others:  # how the other estimators would have judged this batch
+            rows += [(layout.shadow_metric(other, s), v, step) for s, v in _shadow(method, other).items()]
     before, after = {}, {}
     for metric in fake.eval_metrics:
         b = 0.2 + 0.1 * (0.5 + 0.5 * _unit_noise("before", task, model, metric))
@@ -190,7 +194,14 @@ def synthetic_metrics(
     share_raw = [1.0 + 0.3 * _unit_noise(method, c) for c in fake.components]
     share = [s / sum(share_raw) for s in share_raw]
     diagnostics = {"components": list(fake.components), "corr_matrix": corr, "share": share, "steps": steps}
+    shadow = {o: _shadow(method, o) for o in others}  # constant over steps: the values are the run means
+    diagnostics |= {"resolution": _shadow(method, method)["resolution"], "shadow": shadow}
     return rows, before, after, diagnostics
+
+
+def _shadow(method: str, other: str) -> dict[str, float]:
+    u = _unit_noise("shadow", method, other)  # ``other`` judging ``method``'s batches; GRPO resolves least
+    return {"sign_agree": 0.85 + u / 10, "rank_corr": 0.7 + u / 5, "resolution": (0.6, 0.9)[other != "grpo"]}
 
 
 def cell_tags(spec: RunSpec, sweep: str | None, git_sha: str = "fake0000") -> dict[str, str]:

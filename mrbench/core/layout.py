@@ -9,6 +9,7 @@ Tags (all prefixed ``mrbench.``)::
     cell:  method task task_version model seed run_key git_sha sweep primary_metric
            lower_is_better reward_components error
     sweep: role=sweep sweep command git_sha host pid preset unavailable_tasks version.<package>
+           heartbeat claim.<run key>
 
 A cell under a sweep also carries MLflow's own ``mlflow.parentRunId`` (:data:`PARENT_RUN_TAG`).
 
@@ -19,6 +20,13 @@ Metrics: ``rewards/<component>/{mean,std}``, ``reward``, ``reward_std``, ``adv/<
 ``adv/share/<component>``, ``train/<TRL key>`` per step; ``eval_before/<metric>`` (step 0) and
 ``eval/<metric>`` (step 0 and the last step); ``perf/<name>`` at the end.
 
+Shadow-estimator metrics (per step; see :mod:`mrbench.methods.diagnostics`): every other
+registered method is run on the batch the cell trains on and compared with the method in use:
+``adv/resolution`` (the method in use), and for each shadow method
+``adv/shadow/<method>/sign_agree``, ``adv/shadow/<method>/rank_corr`` and
+``adv/shadow/<method>/resolution``. Their run means are in ``diagnostics.json``: ``resolution``
+(the method in use) and ``shadow`` (``{method: {sign_agree, rank_corr, resolution, steps}}``).
+
 >>> tag("run_key")
 'mrbench.run_key'
 >>> eval_metric("exact_match"), eval_before_metric("exact_match")
@@ -27,6 +35,8 @@ Metrics: ``rewards/<component>/{mean,std}``, ``reward``, ``reward_std``, ``adv/<
 ('rewards/format/mean', 'adv/share/format')
 >>> strip_prefix(EVAL, "eval/pass@1")
 'pass@1'
+>>> shadow_metric("gdpo", "sign_agree"), ADV_RESOLUTION
+('adv/shadow/gdpo/sign_agree', 'adv/resolution')
 """
 
 from __future__ import annotations
@@ -60,6 +70,8 @@ PID = "pid"
 PRESET = "preset"
 UNAVAILABLE_TASKS = "unavailable_tasks"
 VERSION = "version."  # + package name
+HEARTBEAT = "heartbeat"  # epoch seconds, refreshed while the invocation lives
+CLAIM = "claim."  # + run key: the invocation runs (or ran) that cell; value: the cell label
 
 # MLflow's own tag that nests a cell's run under its sweep's parent run.
 PARENT_RUN_TAG = "mlflow.parentRunId"
@@ -223,6 +235,47 @@ def strip_prefix(prefix: str, key: str) -> str:
     return key.removeprefix(prefix)
 
 
+# --- shadow estimators ------------------------------------------------------------------------
+# Per-step comparisons of the method in use with every other registered method on the same batch.
+
+ADV_RESOLUTION = ADV + "resolution"  # distinct advantages per distinct reward vector, method in use
+ADV_SHADOW = ADV + "shadow/"  # + method + / + statistic
+SHADOW_STATS = ("sign_agree", "rank_corr", "resolution")
+
+
+def shadow_metric(method: str, stat: str) -> str:
+    """A shadow method's per-step comparison with the method in use (``adv/shadow/<method>/<stat>``).
+
+    ``stat`` is one of :data:`SHADOW_STATS`. A character MLflow may reject in a name (or a ``/``,
+    which would nest the name) becomes ``_``, so a plugin's ``module:function`` name is safe.
+
+    >>> shadow_metric("corrgrpo", "rank_corr"), shadow_metric("pkg.mod:fn", "resolution")
+    ('adv/shadow/corrgrpo/rank_corr', 'adv/shadow/pkg.mod_fn/resolution')
+    """
+    if stat not in SHADOW_STATS:
+        raise ValueError(f"unknown shadow statistic {stat!r}; expected one of {SHADOW_STATS}")
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "_-.") else "_" for c in method)
+    return f"{ADV_SHADOW}{safe}/{stat}"
+
+
+# --- count metrics ----------------------------------------------------------------------------
+# The convention that tells counts from scores among a task's eval metrics (no task declares it).
+
+COUNT_PREFIX = "n_"
+"""An eval metric named ``n_<what>`` is a count (``n_clean``, ``n_attacked``: how many samples the
+evaluation saw), not a score: reports show it as an integer, with no direction and no interval,
+and never rank methods by it. A score must not be named ``n_…``."""
+
+
+def is_count_metric(metric: str) -> bool:
+    """True for a count eval metric (:data:`COUNT_PREFIX`), given without its ``eval/`` prefix.
+
+    >>> is_count_metric("n_attacked"), is_count_metric("joint"), is_count_metric("ndcg")
+    (True, False, False)
+    """
+    return metric.startswith(COUNT_PREFIX)
+
+
 # --- artifacts --------------------------------------------------------------------------------
 
 CONFIG_ARTIFACT = "config.json"  # the resolved RunSpec with its run key
@@ -232,3 +285,44 @@ EVAL_SAMPLES_BEFORE = "eval/samples_before.jsonl"
 EVAL_SAMPLES_AFTER = "eval/samples_after.jsonl"
 SWEEP_ARTIFACT = "sweep.json"  # on the parent run: config, command, grid, unavailable tasks
 REPORT_DIR = "report"  # on the parent run: the generated report
+
+
+# --- run options and checkpoints --------------------------------------------------------------
+# Params of a cell that are not part of its run key (they change what it keeps, not what it
+# computes), and its checkpoint (see mrbench.engine.checkpoints).
+
+PARAM_SAVE = "save"  # none | final | every:N
+PARAM_CHECKPOINT_DIR = "checkpoint_dir"  # absolute path of the saved policy + tokenizer; only once saved
+CHECKPOINT_SIZE_MB = "checkpoint/size_mb"  # size of that folder, at the last step
+
+
+# --- lab (``mrbench simulate``) ---------------------------------------------------------------
+# One experiment per scenario (``lab-<scenario>``), one parent run per invocation (role=lab,
+# scenario, command, git_sha; params ``lab.<scenario field>``; artifacts LAB_ARTIFACT and the
+# summary under REPORT_DIR), one child run per method (tag method, scenario; params ``method``,
+# ``method.<hp>``, ``lab.<setting>``). Child metrics per step: ``rewards/<component>/mean`` and
+# ``reward`` (expected, mean over seeds), ``lab/normalised/<component>``, ``lab/objective``,
+# ``lab/sign_disagree``, ``lab/resolution``, ``adv/max_abs``; at the end ``lab/iqm/<score>``,
+# ``lab/ci_low/<score>``, ``lab/ci_high/<score>`` and ``lab/poi/<score>`` (scores in
+# mrbench.lab.metrics).
+
+ROLE_LAB = "lab"
+SCENARIO = "scenario"  # tag
+LAB_PARAM = "lab."  # + scenario field or run setting
+LAB = "lab/"  # + lab metric
+LAB_ARTIFACT = "lab.json"  # on the parent run: scenario, seeds, per-seed scores, statistics
+LAB_EXPERIMENT_PREFIX = "lab-"
+
+
+def lab_metric(name: str) -> str:
+    """A lab metric (``lab/<name>``).
+
+    >>> lab_metric("normalised/format"), lab_experiment("scale")
+    ('lab/normalised/format', 'lab-scale')
+    """
+    return LAB + name
+
+
+def lab_experiment(scenario: str) -> str:
+    """The MLflow experiment of a lab scenario."""
+    return LAB_EXPERIMENT_PREFIX + scenario

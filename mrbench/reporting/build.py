@@ -1,7 +1,8 @@
 """``mrbench report SWEEP``: a markdown report with statistics and figures, from MLflow only.
 
 Reads every run of the sweep's experiment (:mod:`mrbench.reporting.store`), keeps the latest FINISHED
-run per run key (and per method × task × model × seed; :mod:`mrbench.reporting.select`), and writes
+run per run key (and per method × task × model × seed; :mod:`mrbench.reporting.select`; a run key
+with several FINISHED runs is warned about), and writes
 ``report.md`` plus PNGs into ``reports/<sweep>/`` — also logged to the sweep's parent run under
 ``report/``.
 
@@ -11,7 +12,9 @@ CI; a winner is named only when its interval is separated from every other metho
 probability of improvement over ``grpo`` comes with its CI. The report is deterministic: the
 same store gives the same report.md, so it can be committed and regenerated.
 
-The parts: :mod:`~mrbench.reporting.context` (the selection and its loaded data),
+The report opens with what it found (:mod:`~mrbench.reporting.findings`: per task the methods
+ranked, each compared with ``grpo`` in words, and the seeds a difference of that size needs),
+then its warnings. The parts: :mod:`~mrbench.reporting.context` (the selection and its loaded data),
 :mod:`~mrbench.reporting.render` (header, warnings), :mod:`~mrbench.reporting.results` (per-cell
 tables, probability of improvement), :mod:`~mrbench.reporting.diagnosis` (Pareto, correlations and
 shares, improvement) and :mod:`~mrbench.reporting.figures` (figure data, drawn at the end).
@@ -28,7 +31,8 @@ from mrbench.reporting import stats
 from mrbench.reporting.context import ReportContext, load_context
 from mrbench.reporting.diagnosis import improvement_section, pareto_section, why_section
 from mrbench.reporting.figures import FigureQueue, remove_old_figures
-from mrbench.reporting.render import header, warnings
+from mrbench.reporting.findings import findings
+from mrbench.reporting.render import config_details, header, warnings
 from mrbench.reporting.results import results
 from mrbench.reporting.store import Reader, RunRecord, local_artifact_path, open_reader
 
@@ -38,7 +42,7 @@ def write_report(ctx: ReportContext, out: Path, workers: int | None = None) -> t
     out.mkdir(parents=True, exist_ok=True)
     remove_old_figures(out)
     figures = FigureQueue(out, ctx.methods, workers)
-    lines = header(ctx) + warnings(ctx)
+    lines = header(ctx) + findings(ctx) + warnings(ctx) + config_details(ctx)
     if not ctx.sel.cells:
         lines += ["No FINISHED runs yet: nothing to compare.", ""]
     else:

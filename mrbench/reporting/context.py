@@ -2,7 +2,8 @@
 diagnostics, the sweep's own record, and the statistics settings.
 
 :func:`load_context` builds it from a sweep's runs and a store reader (one bulk read of the curves
-and of ``diagnostics.json``); the sections then only compute and format.
+and of ``diagnostics.json``, plus the shadow-estimator curves of runs whose ``diagnostics.json``
+lacks them); the sections then only compute and format.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from mrbench.core import layout
 from mrbench.reporting import stats
 from mrbench.reporting.select import Selection, TaskInfo, ordered, select_runs, task_info
 from mrbench.reporting.store import History, Reader, RunRecord
+
+DIAG_RESOLUTION = "resolution"
+DIAG_SHADOW = "shadow"
+"""The ``diagnostics.json`` fields with the shadow estimators' run means: the method in use's
+resolution, and ``{shadow method: {stat: mean}}`` over :data:`mrbench.core.layout.SHADOW_STATS`
+(see :mod:`mrbench.reporting.shadows`)."""
 
 
 @dataclass
@@ -111,4 +118,23 @@ def load_context(
     keys = {layout.REWARD} | {layout.reward_mean(c) for info in infos.values() for c in info.components}
     context.histories = reader.histories([r.run_id for r in selected], keys)
     context.diagnostics = reader.read_json_artifacts(selected, layout.DIAGNOSTICS_ARTIFACT)
+    _read_shadow_curves(context, reader)
     return context
+
+
+def _read_shadow_curves(context: ReportContext, reader: Reader) -> None:
+    """Add the per-step shadow-estimator curves of the runs whose ``diagnostics.json`` lacks their
+    run means (the curves stand in); most runs have them there, so this reads little or nothing."""
+
+    def is_shadow(key: str) -> bool:
+        return key == layout.ADV_RESOLUTION or key.startswith(layout.ADV_SHADOW)
+
+    lacking = [
+        r
+        for r in context.all_runs
+        if DIAG_SHADOW not in (context.diagnostics.get(r.run_id) or {}) and any(map(is_shadow, r.metrics))
+    ]
+    keys = {k for r in lacking for k in r.metrics if is_shadow(k)}
+    if lacking:
+        for run_id, curves in reader.histories([r.run_id for r in lacking], keys).items():
+            context.histories.setdefault(run_id, {}).update(curves)

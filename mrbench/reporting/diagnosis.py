@@ -1,6 +1,6 @@
 """Markdown of the sections that explain the results: the trade-off between two reward components
-(Pareto), why methods differ (reward correlations and advantage shares), and whether training
-improved each run's primary eval metric, with what the logs suggest where it did not.
+(Pareto), why methods differ (reward correlations, advantage shares and shadow estimators), and
+whether training improved each run's primary eval metric, with what the logs suggest where it did not.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from mrbench.reporting import stats
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.figures import FigureQueue, diagnostic_means, pareto_axes, pareto_panels
 from mrbench.reporting.render import fmt
+from mrbench.reporting.shadows import SHADOW_INTRO, shadow_lines
 from mrbench.reporting.store import RunRecord
 
 ZERO_VAR_GROUPS = "frac_zero_var_groups"
@@ -42,10 +43,17 @@ def pareto_section(ctx: ReportContext, figures: FigureQueue) -> list[str]:
 
 
 def why_section(ctx: ReportContext, figures: FigureQueue) -> list[str]:
-    """Per task, heatmaps of the mean reward correlations and bars and a table of the advantage
-    shares, per method."""
+    """Per task, heatmaps of the mean reward correlations, bars and a table of the advantage shares
+    per method, and the shadow estimators' table (:mod:`mrbench.reporting.shadows`)."""
+    shadows = {task: shadow_lines(ctx, task) for task in ctx.tasks}  # empty for runs without shadows
+    any_shadows = any(shadows.values())
+    topics = (
+        "reward correlations, advantage shares and shadow estimators"
+        if any_shadows
+        else "reward correlations and advantage shares"
+    )
     lines = [
-        "## Why methods differ: reward correlations and advantage shares",
+        f"## Why methods differ: {topics}",
         "",
         f"From each run's `{layout.DIAGNOSTICS_ARTIFACT}`: the within-group Pearson correlation of the "
         "reward components (mean over training, then over runs) and each component's share of the "
@@ -53,6 +61,8 @@ def why_section(ctx: ReportContext, figures: FigureQueue) -> list[str]:
         "share dominates the learning signal.",
         "",
     ]
+    if any_shadows:
+        lines += [SHADOW_INTRO, ""]
     for task in ctx.tasks:
         comps = ctx.task_info[task].components
         matrices, shares = diagnostic_means(ctx, task)
@@ -68,6 +78,7 @@ def why_section(ctx: ReportContext, figures: FigureQueue) -> list[str]:
             for name, share in shares.items():
                 lines.append(f"| {name} | " + " | ".join(fmt(v) for v in share) + " |")
             lines.append("")
+        lines += shadows[task]
     return lines
 
 

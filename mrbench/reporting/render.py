@@ -1,5 +1,6 @@
 """Markdown of the report's top: number formatting, the header (how the report was made, what it
-covers) and the warnings (too few seeds, failed, missing or superseded cells, mixed code).
+covers), the sweep config and the warnings (too few seeds, failed, missing, superseded or
+duplicated cells, mixed code).
 
 The result sections are in :mod:`mrbench.reporting.results` and :mod:`mrbench.reporting.diagnosis`;
 :mod:`mrbench.reporting.build` puts them together.
@@ -27,6 +28,19 @@ def fmt(x: float | None) -> str:
     if x is None or not math.isfinite(x):
         return "–"
     return f"{x:.3f}" if abs(x) < 1000 else f"{x:.4g}"
+
+
+def fmt_count(values: list[float]) -> str:
+    """Count-metric values (:func:`mrbench.core.layout.is_count_metric`) as the report shows them:
+    an integer when every run has the same count, else the range; ``–`` without any.
+
+    >>> fmt_count([298.0, 298.0]), fmt_count([100.0, float("nan"), 102.0]), fmt_count([])
+    ('298', '100–102', '–')
+    """
+    finite = sorted(round(v) for v in values if math.isfinite(v))
+    if not finite:
+        return "–"
+    return str(finite[0]) if finite[0] == finite[-1] else f"{finite[0]}–{finite[-1]}"
 
 
 def _versions(ctx: ReportContext) -> dict[str, str]:
@@ -86,6 +100,12 @@ def header(ctx: ReportContext) -> list[str]:
         "the seed is the unit of replication |"
     )
     lines.append("")
+    return lines
+
+
+def config_details(ctx: ReportContext) -> list[str]:
+    """The latest invocation's sweep config, folded (nothing when sweep.json has none)."""
+    lines: list[str] = []
     config = (ctx.sweep_json or {}).get("config")
     if config:
         import yaml
@@ -132,6 +152,19 @@ def _missing_cells(ctx: ReportContext) -> str | None:
     )
 
 
+def _duplicate_runs(ctx: ReportContext) -> str | None:
+    """Run keys with several FINISHED runs (two sweeps raced on a cell) and the run each uses."""
+    dups = ctx.sel.duplicates
+    if not dups:
+        return None
+    shown = "; ".join(f"`{d.label}` ({d.finished} FINISHED, uses run `{d.used}`)" for d in dups[:10])
+    return (
+        f"**Duplicate runs**: {len(dups)} cell(s) have more than one FINISHED run of the same run key "
+        "(e.g. two sweeps ran it at once); each uses its latest finished run (latest end time, then "
+        f"start time, then run id) and leaves the others out: {shown}" + (" …" if len(dups) > 10 else "")
+    )
+
+
 def warnings(ctx: ReportContext) -> list[str]:
     """The ``## Warnings`` section, or nothing when there is nothing to warn about."""
     sel = ctx.sel
@@ -167,6 +200,9 @@ def warnings(ctx: ReportContext) -> list[str]:
             + ", ".join(sel.superseded[:5])
             + (" …" if len(sel.superseded) > 5 else "")
         )
+    duplicates = _duplicate_runs(ctx)
+    if duplicates:
+        out.append(duplicates)
     shas = {layout.read_tag(r.tags, layout.GIT_SHA) for r in ctx.all_runs}
     if len(shas) > 1:
         out.append(f"**Mixed code versions**: runs come from {len(shas)} git commits (see the header).")

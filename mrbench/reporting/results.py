@@ -17,7 +17,7 @@ from mrbench.core import layout
 from mrbench.reporting import stats
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.figures import FigureQueue, curve_panels
-from mrbench.reporting.render import fmt
+from mrbench.reporting.render import fmt, fmt_count
 from mrbench.reporting.select import BASELINE, TaskInfo
 from mrbench.reporting.store import RunRecord
 
@@ -101,14 +101,30 @@ def _eval_table(
             for k in r.metrics
             if k.startswith(layout.EVAL)
         },
-        key=lambda m: (m != info.primary, m),
+        key=lambda m: (m != info.primary, layout.is_count_metric(m), m),
     )
     if len(metrics) <= 1:
         return []
-    cell = {(name, metric): ctx.ci(ctx.scores(methods[name], metric)) for name in names for metric in metrics}
-    shown = {k: f"{fmt(ci.point)} [{fmt(ci.low)}, {fmt(ci.high)}]" for k, ci in cell.items()}
-    arrow = {m: f"{m} {'↓' if m in info.lower_is_better else '↑'}" for m in metrics}
-    lines = ["All eval metrics: mean [95 % CI] over seeds.", ""]
+    shown = {}
+    for name in names:
+        for metric in metrics:
+            values = ctx.scores(methods[name], metric)
+            if layout.is_count_metric(metric):  # a count, not a score: no interval, no direction
+                shown[(name, metric)] = fmt_count(values)
+            else:
+                ci = ctx.ci(values)
+                shown[(name, metric)] = f"{fmt(ci.point)} [{fmt(ci.low)}, {fmt(ci.high)}]"
+    arrow = {
+        m: m if layout.is_count_metric(m) else f"{m} {'↓' if m in info.lower_is_better else '↑'}"
+        for m in metrics
+    }
+    counts = [m for m in metrics if layout.is_count_metric(m)]
+    note = (
+        f" Counts ({', '.join(counts)}) are shown as the integer per run (a range where runs differ)."
+        if counts
+        else ""
+    )
+    lines = [f"All eval metrics: mean [95 % CI] over seeds.{note}", ""]
     if len(metrics) > len(names):  # many metrics, few methods: one row per metric stays readable
         lines += ["| metric | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
         lines += [f"| {arrow[m]} | " + " | ".join(shown[(n, m)] for n in names) + " |" for m in metrics]

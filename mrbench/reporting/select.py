@@ -1,10 +1,12 @@
 """Which runs a report uses, and what their tags say about methods and tasks.
 
 A sweep's experiment holds every attempt of every cell: re-runs after a failure, runs with
-changed settings, sweep invocations (parent runs). :func:`select_runs` keeps the latest FINISHED
-run per run key, then the latest per method label × task × model × seed, and records what the
-report must warn about. Method labels tell apart one method run with several hyper-parameter
-settings; :func:`task_info` reads a task's reward components and metrics from its runs' tags.
+changed settings, sweep invocations (parent runs), and — when two sweeps raced on one store —
+several FINISHED runs of one run key. :func:`select_runs` keeps the latest FINISHED run per run
+key (:func:`latest`: the latest end time, then start time, then run id), then the latest per
+method label × task × model × seed, and records what the report must warn about (including
+those duplicates). Method labels tell apart one method run with several hyper-parameter settings;
+:func:`task_info` reads a task's reward components and metrics from its runs' tags.
 All names are read through :mod:`mrbench.core.layout`.
 """
 
@@ -21,6 +23,15 @@ BASELINE = "grpo"
 """The method every other is compared with (probability of improvement); listed first."""
 
 
+@dataclass(frozen=True)
+class Duplicate:
+    """A run key with more than one FINISHED run (e.g. two sweeps raced on it)."""
+
+    label: str  # the cell, ``method|task|model|sSEED``
+    finished: int  # how many FINISHED runs it has
+    used: str  # the run id the report uses: the :func:`latest` of them
+
+
 @dataclass
 class Selection:
     """The runs a report uses and what it must warn about."""
@@ -30,6 +41,7 @@ class Selection:
     recovered: int = 0  # failed/killed attempts whose key later FINISHED
     superseded: list[str] = field(default_factory=list)  # cells with several configs; latest kept
     parents: list[RunRecord] = field(default_factory=list)  # sweep invocations, oldest first
+    duplicates: list[Duplicate] = field(default_factory=list)  # run keys with several FINISHED runs
 
     def runs(self) -> list[RunRecord]:
         """Every selected run, cell by cell (task × model, then method, then seed)."""
@@ -39,6 +51,12 @@ class Selection:
 def run_end(run: RunRecord) -> int:
     """When a run ended (its start when it has no end time): what "latest" compares."""
     return run.end_time or run.start_time
+
+
+def latest(runs: Sequence[RunRecord]) -> RunRecord:
+    """The run that counts among several: the latest end time (:func:`run_end`), then the latest
+    start, then the greatest run id — a total order, so the choice never depends on read order."""
+    return max(runs, key=lambda r: (run_end(r), r.start_time, r.run_id))
 
 
 def cell_label(run: RunRecord) -> str:
@@ -77,30 +95,39 @@ def method_labels(runs: list[RunRecord]) -> dict[str, str]:
     return labels
 
 
-def _latest_per_key(children: list[RunRecord]) -> tuple[list[RunRecord], list[RunRecord], int]:
-    """``(chosen, failed, recovered)``: the latest FINISHED run of each run key; the latest attempt
-    of keys that never finished; how many failed/killed attempts a later FINISHED run replaced."""
+def _latest_per_key(
+    children: list[RunRecord],
+) -> tuple[list[RunRecord], list[RunRecord], int, list[Duplicate]]:
+    """``(chosen, failed, recovered, duplicates)``: the :func:`latest` FINISHED run of each run key;
+    the latest attempt of keys that never finished; how many failed/killed attempts a later
+    FINISHED run replaced; the keys with several FINISHED runs (sorted by cell)."""
     by_key: dict[str, list[RunRecord]] = defaultdict(list)
     for run in children:
         by_key[run.tags[layout.tag(layout.RUN_KEY)]].append(run)
-    chosen, failed, recovered = [], [], 0
+    chosen, failed, recovered, duplicates = [], [], 0, []
     for attempts in by_key.values():
         finished = [r for r in attempts if r.status == "FINISHED"]
         if finished:
-            chosen.append(max(finished, key=run_end))
+            used = latest(finished)
+            chosen.append(used)
             recovered += sum(r.status in ("FAILED", "KILLED") for r in attempts)
+            if len(finished) > 1:
+                duplicates.append(Duplicate(cell_label(used), len(finished), used.run_id))
         else:
-            failed.append(max(attempts, key=lambda r: r.start_time))
-    return chosen, failed, recovered
+            failed.append(max(attempts, key=lambda r: (r.start_time, r.run_id)))
+    duplicates.sort(key=lambda d: (d.label, d.used))
+    return chosen, failed, recovered, duplicates
 
 
 def select_runs(runs: list[RunRecord]) -> Selection:
-    """Latest FINISHED run per run key, then per (method label, task, model, seed)."""
+    """The :func:`latest` FINISHED run per run key, then per (method label, task, model, seed)."""
     parents = sorted(
         (r for r in runs if layout.read_tag(r.tags, layout.ROLE) == layout.ROLE_SWEEP),
         key=lambda r: r.start_time,
     )
-    chosen, failed, recovered = _latest_per_key([r for r in runs if layout.read_tag(r.tags, layout.RUN_KEY)])
+    chosen, failed, recovered, duplicates = _latest_per_key(
+        [r for r in runs if layout.read_tag(r.tags, layout.RUN_KEY)]
+    )
     labels = method_labels(chosen)
     by_cell: dict[tuple[str, str, str, str], list[RunRecord]] = defaultdict(list)
     for run in chosen:
@@ -116,10 +143,9 @@ def select_runs(runs: list[RunRecord]) -> Selection:
     cells: dict[tuple[str, str], dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
     superseded = []
     for (label, task, model, seed), group in sorted(by_cell.items()):
-        latest = max(group, key=run_end)
         if len(group) > 1:
             superseded.append(f"{label}|{task}|{model}|s{seed} ({len(group)} settings)")
-        cells[(task, model)][label].append(latest)
+        cells[(task, model)][label].append(latest(group))
     for methods in cells.values():
         for runs_ in methods.values():
             runs_.sort(key=lambda r: int(layout.read_tag(r.tags, layout.SEED, "0")))
@@ -128,7 +154,9 @@ def select_runs(runs: list[RunRecord]) -> Selection:
             layout.read_tag(r.tags, name) for name in (layout.TASK, layout.MODEL, layout.METHOD, layout.SEED)
         )
     )
-    return Selection({k: dict(v) for k, v in cells.items()}, failed, recovered, superseded, parents)
+    return Selection(
+        {k: dict(v) for k, v in cells.items()}, failed, recovered, superseded, parents, duplicates
+    )
 
 
 def common(values: Sequence[str], default: str = "") -> str:

@@ -86,7 +86,10 @@ def test_report_has_every_section(synthetic: Built) -> None:
         "| method | P(method > grpo) | 95 % CI |",
         "## Probability of improvement over grpo, all tasks and models",
         "## Trade-offs between reward components (Pareto)",
-        "## Why methods differ: reward correlations and advantage shares",
+        "## Findings",
+        "| rank | method | mean | Δ vs grpo | compared with grpo | seeds for 80 % power |",
+        "## Why methods differ: reward correlations, advantage shares and shadow estimators",
+        "| method in use | own resolution | grpo | gdpo | corrgrpo |",
         "## Did training improve the primary eval metric?",
         "asr ↓",
     ]:
@@ -96,6 +99,28 @@ def test_report_has_every_section(synthetic: Built) -> None:
         r"alone \(the default store, experiment `rep`\)",
         text,
     )
+
+
+def test_findings_come_right_after_the_header_table(synthetic: Built) -> None:
+    text = synthetic.text
+    table_end = text.index("| statistics |")
+    assert text.index("## Findings") < text.index("## Warnings") < text.index("sweep config (latest")
+    assert text[table_end:].split("\n", 2)[2].startswith("## Findings")  # after the table's last row
+    for task in ("code-generation", "tool-calling", "agent-security"):
+        assert f"**{task}** · tiny — `" in text
+    # The fake gains: corrgrpo ranks first on every task (its seeds beat grpo's on code generation).
+    assert "| 1 | corrgrpo |" in text and "corrgrpo > grpo: P = 1.00 [1.00, 1.00]" in text
+
+
+def test_shadow_tables_show_each_method_in_use_against_the_others(synthetic: Built) -> None:
+    lines = synthetic.text.splitlines()
+    header = "| method in use | own resolution | grpo | gdpo | corrgrpo |"
+    assert lines.count(header) == 3  # one per task
+    start = lines.index(header)
+    grpo, gdpo = lines[start + 2], lines[start + 3]
+    # Fake values: GRPO's resolution is 0.6, the others' 0.9; a method is not its own shadow.
+    assert grpo.startswith("| grpo | 0.600 | – | ") and grpo.endswith(" / 0.900 |")
+    assert gdpo.startswith("| gdpo | 0.900 | ") and " / 0.600 | – | " in gdpo
 
 
 def test_figures_exist_and_are_all_linked(synthetic: Built) -> None:
@@ -162,9 +187,11 @@ def log_run(
     primary: str = "asr",
     components: str = "safety",
     curves: dict[str, list[float]] | None = None,
+    evals: dict[str, float] | None = None,
 ) -> str:
-    """A minimal cell run: tags, eval before/after of a lower-is-better primary metric, and
-    training curves only if ``curves`` (metric key → value per step) is given."""
+    """A minimal cell run: tags, eval before/after of a lower-is-better primary metric (and the
+    final value of each other eval metric in ``evals``), and training curves only if ``curves``
+    (metric key → value per step) is given."""
     values = {
         layout.METHOD: method,
         layout.TASK: task,
@@ -185,6 +212,7 @@ def log_run(
             Metric(layout.eval_before_metric(primary), before, now, 0),
             Metric(layout.eval_metric(primary), before, now, 0),
             Metric(layout.eval_metric(primary), after, now + 1, 10),
+            *[Metric(layout.eval_metric(k), v, now + 1, 10) for k, v in (evals or {}).items()],
             *[
                 Metric(k, v, now, step)
                 for k, values in (curves or {}).items()
@@ -207,6 +235,8 @@ def test_lower_is_better_primary_metric_decides_winner_and_improvement(store: St
     log_run(client, experiment_id, method="gdpo", seed=0, before=0.6, after=0.7)  # got worse
     text = build_report("lower", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
     assert "Primary metric `asr` (lower is better)" in text
+    assert "own resolution" not in text and "Shadow estimators:" not in text  # runs without shadows
+    assert "## Why methods differ: reward correlations and advantage shares" in text
     assert "No winner named: it needs at least 2 methods with 2+ seeds each." in text  # gdpo has one seed
     assert "| corrgrpo | 1.000 | [1.000, 1.000] |" in text  # P(corrgrpo better than grpo) on lower-is-better
     assert "| gdpo | 0.000 | [0.000, 0.000] |" in text
@@ -274,6 +304,45 @@ def test_run_selection_latest_finished_recovered_and_superseded(store: Store, tm
     assert (
         "**Several settings for one cell**: 1 cell(s)" in text and "grpo|attacks|tiny|s1 (2 settings)" in text
     )
+
+
+def test_duplicate_finished_runs_are_warned_about_with_the_run_used(store: Store, tmp_path: Path) -> None:
+    # Two sweeps raced on one cell: two FINISHED runs of one run key; the later-finished one counts.
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment_id = ensure_experiment("raced", store.uri)
+    log_run(client, experiment_id, method="grpo", seed=0, before=0.6, after=0.4, key="k0")
+    used = log_run(client, experiment_id, method="grpo", seed=0, before=0.6, after=0.3, key="k0")
+    log_run(client, experiment_id, method="grpo", seed=1, before=0.6, after=0.2, key="k1")
+    text = build_report("raced", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
+    assert (
+        "**Duplicate runs**: 1 cell(s) have more than one FINISHED run of the same run key (e.g. two "
+        "sweeps ran it at once); each uses its latest finished run (latest end time, then start time, "
+        f"then run id) and leaves the others out: `grpo|attacks|tiny|s0` (2 FINISHED, uses run `{used}`)"
+    ) in text
+    assert "s0: 0.300, s1: 0.200" in text
+
+
+def test_counts_are_integers_and_shadows_fall_back_to_logged_curves(store: Store, tmp_path: Path) -> None:
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment_id = ensure_experiment("counts", store.uri)
+    shadow = {  # per-step shadow metrics without a diagnostics.json (log_run writes none)
+        layout.ADV_RESOLUTION: [0.4, 0.6],
+        layout.shadow_metric("gdpo", "sign_agree"): [0.8, 1.0],
+        layout.shadow_metric("gdpo", "rank_corr"): [0.5, 0.7],
+        layout.shadow_metric("gdpo", "resolution"): [0.9, 0.9],
+    }
+    for seed, n_clean in enumerate([102.0, 102.0]):
+        evals = {"n_clean": n_clean, "n_attacked": 298.0 + seed, "utility": 0.5}
+        log_run(
+            client, experiment_id, method="grpo", seed=seed, before=0.6, after=0.5, evals=evals, curves=shadow
+        )
+    text = build_report("counts", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
+    assert (
+        "Counts (n_attacked, n_clean) are shown as the integer per run (a range where runs differ)." in text
+    )
+    assert "| n_attacked | 298–299 |" in text and "| n_clean | 102 |" in text and "n_clean ↑" not in text
+    assert "| utility ↑ | 0.500 [0.500, 0.500] |" in text
+    assert "| grpo | 0.500 | 0.900 / 0.600 / 0.900 |" in text  # curve means over steps, then runs
 
 
 def test_method_variants_with_different_params_are_reported_apart(store: Store, tmp_path: Path) -> None:

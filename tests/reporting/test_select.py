@@ -10,7 +10,16 @@ import numpy as np
 from mrbench.core import layout
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.figures import diagnostic_means, pareto_axes
-from mrbench.reporting.select import BASELINE, cell_label, method_labels, ordered, select_runs, task_info
+from mrbench.reporting.select import (
+    BASELINE,
+    Duplicate,
+    cell_label,
+    latest,
+    method_labels,
+    ordered,
+    select_runs,
+    task_info,
+)
 from mrbench.reporting.store import RunRecord
 
 _clock = iter(range(1, 10_000))
@@ -69,6 +78,24 @@ def test_latest_finished_attempt_per_key_and_per_cell() -> None:
     assert sel.superseded == ["grpo|t|m|s1 (2 settings)"]
     assert sel.parents == [parent]
     assert sel.runs() == [redone, new_settings]
+    # k0 has two FINISHED runs (a failed attempt is not one): the report names it and the run it uses.
+    assert sel.duplicates == [Duplicate("grpo|t|m|s0", 2, redone.run_id)]
+
+
+def test_duplicate_finished_runs_use_the_latest_finished_in_a_total_order() -> None:
+    # Two sweeps raced on one cell: three FINISHED runs of one run key, two ending at the same time.
+    first, raced_a, raced_b = run(seed=0, key="k"), run(seed=0, key="k"), run(seed=0, key="k")
+    raced_a.end_time = raced_b.end_time = 100
+    raced_a.start_time, raced_b.start_time = 50, 50
+    raced_a.run_id, raced_b.run_id = "b-run", "a-run"
+    assert latest([first, raced_b, raced_a]) is raced_a  # same end and start: the greater run id
+    raced_b.start_time = 60
+    assert latest([first, raced_a, raced_b]) is raced_b  # same end: the later start
+    for order in ([first, raced_a, raced_b], [raced_b, first, raced_a]):
+        sel = select_runs(order)
+        assert sel.cells[("t", "m")]["grpo"] == [raced_b]
+        assert sel.duplicates == [Duplicate("grpo|t|m|s0", 3, "a-run")]
+    assert select_runs([first, run(seed=1, key="k1")]).duplicates == []
 
 
 def test_runs_are_ordered_by_seed_and_failed_cells_by_task_model_method_seed() -> None:
