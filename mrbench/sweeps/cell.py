@@ -19,6 +19,9 @@ CellFn = Callable[..., Any]
 ResolveFn = Callable[..., Any]
 """Resolves one cell: ``resolve(method, task, model, seed, *, method_params, task_params, train)``."""
 
+SKIPPED = "SKIPPED"
+"""The status of a cell this invocation did not run: another live invocation holds it, or finished it."""
+
 DEFAULT_CELL_FN = "mrbench.engine.runner:run_cell"
 DEFAULT_RESOLVE_FN = "mrbench.engine.config:resolve_spec"
 
@@ -50,9 +53,25 @@ class Cell:
         }
 
 
+ClaimFn = Callable[[Cell], str | None]
+"""Claims a cell just before it runs: None when it is this invocation's to run, else who holds it
+(see :class:`mrbench.sweeps.claims.CellClaims`)."""
+
+
+@dataclass
+class CellOutcome:
+    """How one cell ended, or why it did not run."""
+
+    cell: Cell
+    status: str  # FINISHED | FAILED | KILLED, or SKIPPED (error: who holds it)
+    run_id: str | None = None
+    wall_s: float = 0.0
+    error: str | None = None
+
+
 @dataclass(frozen=True)
 class CellContext:
-    """Where every cell of one invocation logs."""
+    """Where every cell of one invocation logs, and how it claims them."""
 
     tracking_uri: str
     experiment: str
@@ -60,17 +79,14 @@ class CellContext:
     sweep: str
     cell_fn: CellFn
     log_dir: Path
+    claim: ClaimFn | None = None
+    """None: every cell runs unclaimed (one invocation alone, as in tests of an executor)."""
 
-
-@dataclass
-class CellOutcome:
-    """How one executed cell ended."""
-
-    cell: Cell
-    status: str  # FINISHED | FAILED | KILLED
-    run_id: str | None = None
-    wall_s: float = 0.0
-    error: str | None = None
+    def held(self, cell: Cell) -> CellOutcome | None:
+        """Claim ``cell`` (executors call this just before starting it): None when it may run,
+        else its SKIPPED outcome, naming who holds it."""
+        holder = self.claim(cell) if self.claim is not None else None
+        return None if holder is None else CellOutcome(cell, SKIPPED, error=holder)
 
 
 def error_text(exc: BaseException) -> str:

@@ -9,6 +9,12 @@ is skipped; RUNNING runs left by a dead invocation are marked KILLED and their c
 and KILLED ones, run again. Ctrl-C marks the current run(s) KILLED and the parent KILLED, and the
 command exits with code 130.
 
+Several invocations of one sweep (started together, or on several machines logging to one
+tracking server) share its cells: each claims a cell just before running it
+(:mod:`mrbench.sweeps.claims`), so every cell runs once between them; a cell another live
+invocation holds is skipped and named. Each invocation exits once nothing is left that it can
+claim (0 unless one of *its* cells failed); the last to end writes the complete report.
+
 Executors (:mod:`mrbench.sweeps.executors`): ``workers == 1`` runs cells in this process, one
 after another (TRL's per-step bar visible); ``workers > 1`` runs each cell in its own process
 with ``cores // workers`` threads; ``executor: ray`` sends cells to Ray.
@@ -28,6 +34,7 @@ from typing import Any
 from mrbench.core.errors import UserError
 from mrbench.sweeps.cell import (
     DEFAULT_CELL_FN,
+    SKIPPED,
     Cell,
     CellContext,
     CellFn,
@@ -37,8 +44,10 @@ from mrbench.sweeps.cell import (
     error_text,
     load_callable,
 )
+from mrbench.sweeps.claims import CellClaims
 from mrbench.sweeps.executors.local import run_processes, run_sequential, slug
 from mrbench.sweeps.grid import Grid, expand_grid, print_grid
+from mrbench.sweeps.liveness import Heartbeat
 from mrbench.sweeps.parent import finish_parent_run, kill_running_children, start_parent_run
 from mrbench.sweeps.progress import SweepProgress
 from mrbench.sweeps.resume import peek_states, resume_states
@@ -58,6 +67,9 @@ class SweepOutcome:
     parent_run_id: str | None = None
     skipped: list[Cell] = field(default_factory=list)
     outcomes: list[CellOutcome] = field(default_factory=list)
+    """Cells this invocation ran."""
+    held: list[CellOutcome] = field(default_factory=list)
+    """Cells it skipped (status SKIPPED) because another live invocation held or finished them."""
     stale_killed: int = 0
     interrupted: bool = False
     report_path: Path | None = None
@@ -112,8 +124,7 @@ def run_sweep(
     ``resolve`` and ``cell_fn`` default to :func:`mrbench.engine.config.resolve_spec` and
     :func:`mrbench.engine.runner.run_cell`; any functions with their signatures can stand in
     (worker processes and Ray import ``cell_fn`` by its ``"module:attr"`` path).
-    Every user error (bad names, unreachable store, sweep already running) is raised before the
-    first cell starts.
+    Every user error (bad names, unreachable store) is raised before the first cell starts.
     """
     from rich.console import Console
 
@@ -140,17 +151,25 @@ def run_sweep(
     client = MlflowClient(tracking_uri=uri)
     experiment_id = ensure_experiment(spec.name, uri)
     outcome.experiment_id = experiment_id
-    states, outcome.stale_killed = resume_states(client, experiment_id, grid.cells, mark_stale=True)
+    resume = resume_states(client, experiment_id, grid.cells, mark_stale=True)
+    states, outcome.stale_killed = resume.states, resume.stale_killed
     print_grid(console, grid, states)
     if outcome.stale_killed:
         console.print(
             f"marked {outcome.stale_killed} stale RUNNING run(s) KILLED (left by an interrupted invocation)"
         )
+    for other in resume.live:
+        console.print(
+            f"[yellow]sweep {spec.name!r} is also running[/yellow] as {other.describe()}: the cells it "
+            "holds are skipped, and each remaining cell runs in whichever invocation claims it first"
+        )
     todo = [c for c in grid.cells if states[c.key] != "done"]
     outcome.skipped = [c for c in grid.cells if states[c.key] == "done"]
+    n_held = sum(states[c.key].startswith("held by") for c in todo)
     console.print(
         f"sweep {spec.name!r}: {len(grid.cells)} cells, {len(outcome.skipped)} already FINISHED (skipped), "
-        f"{len(todo)} to run; store {uri}"
+        + (f"{n_held} held by another invocation, " if n_held else "")
+        + f"{len(todo) - n_held} to run; store {uri}"
     )
     cell_fn = cell_fn or load_callable(DEFAULT_CELL_FN)
     workers = min(spec.workers, max(1, len(todo)))
@@ -165,8 +184,12 @@ def run_sweep(
         unavailable=grid.unavailable,
     )
     outcome.parent_run_id = parent
-    ctx = CellContext(uri, spec.name, parent, spec.name, cell_fn, results_dir() / "logs" / slug(spec.name))
+    claims = CellClaims(client, experiment_id, parent)
+    log_dir = results_dir() / "logs" / slug(spec.name)
+    ctx = CellContext(uri, spec.name, parent, spec.name, cell_fn, log_dir, claims)
     progress = SweepProgress(console, len(todo), workers, live=workers > 1 or spec.executor == "ray")
+    heartbeat = Heartbeat(uri, parent)
+    heartbeat.start()
     try:
         if spec.executor == "ray":
             from mrbench.sweeps.executors.ray import run_ray
@@ -177,18 +200,27 @@ def run_sweep(
         else:
             results = run_sequential(todo, ctx, progress)
         for result in results:
-            outcome.outcomes.append(result)
+            (outcome.held if result.status == SKIPPED else outcome.outcomes).append(result)
         progress.close()
         failed = outcome.failed
         if failed:
             console.print(
                 f"[red]{len(failed)} cell(s) did not finish[/red]: " + ", ".join(o.cell.label for o in failed)
             )
+        if outcome.held:
+            console.print(f"{len(outcome.held)} cell(s) were left to another invocation of this sweep:")
+            for held in outcome.held:
+                console.print(f"  {held.cell.label}: held by {held.error}", highlight=False)
+            console.print(
+                "the report covers the cells FINISHED so far: the invocation that ends last writes the "
+                f"complete one (or run `mrbench report {spec.name}`)"
+            )
         if spec.report if report is None else report:
             outcome.report_path = _write_report(spec.name, uri, parent, console)
     except KeyboardInterrupt:
         outcome.interrupted = True
         with _ignore_sigint():
+            heartbeat.stop()
             progress.close()
             kill_running_children(client, experiment_id, parent)
             finish_parent_run(client, parent, "KILLED")
@@ -200,10 +232,12 @@ def run_sweep(
         return outcome
     except BaseException:
         with _ignore_sigint():
+            heartbeat.stop()
             progress.close()
             kill_running_children(client, experiment_id, parent)
             finish_parent_run(client, parent, "FAILED")
         raise
+    heartbeat.stop()
     finish_parent_run(client, parent, "FAILED" if outcome.failed else "FINISHED")
     return outcome
 

@@ -1,8 +1,9 @@
 """The sweep's parent run: one per invocation, over the child runs of the cells it executes.
 
 Tags (names in :mod:`mrbench.core.layout`): role=sweep, the sweep name, the exact command line,
-the git sha, host and pid (to refuse a concurrent run of the same sweep), the preset, the
-unavailable tasks and ``version.<package>`` of every package that decides what a cell computes.
+the git sha, host, pid and heartbeat (to tell whether it is alive, :mod:`mrbench.sweeps.liveness`),
+the preset, the unavailable tasks, ``version.<package>`` of every package that decides what a cell
+computes, and one ``claim.<run key>`` per cell it runs (:mod:`mrbench.sweeps.claims`).
 Params: the sweep config, flattened. Artifact: the sweep file (config, command, versions, the
 grid's cells, unavailable tasks).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Any
 
 from mrbench.core import layout
@@ -74,6 +76,7 @@ def start_parent_run(
         layout.GIT_SHA: git_sha(),
         layout.HOST: socket.gethostname(),
         layout.PID: str(os.getpid()),
+        layout.HEARTBEAT: f"{time.time():.0f}",
         layout.PRESET: spec.preset or "",
         layout.UNAVAILABLE_TASKS: layout.join_list(list(unavailable)),
         **{layout.VERSION + name: version for name, version in versions.items()},
@@ -109,3 +112,9 @@ def kill_running_children(client: Any, experiment_id: str, parent_run_id: str) -
             client.set_terminated(run.info.run_id, "KILLED")
             count += 1
     return count
+
+
+def end_dead_invocation(client: Any, experiment_id: str, run_id: str) -> None:
+    """Mark a dead invocation's parent run and its still-RUNNING child runs KILLED (its claims lapse)."""
+    kill_running_children(client, experiment_id, run_id)
+    client.set_terminated(run_id, "KILLED")

@@ -93,6 +93,16 @@ class SweepProgress:
         self.console.print(message)
         self._refresh()
 
+    def skip(self, outcome: CellOutcome) -> None:
+        """A cell another invocation holds: say who, and leave it out of the count."""
+        self.total = max(self.done, self.total - 1)
+        self.console.print(
+            f"[yellow]skipped[/yellow] {outcome.cell.label}: held by {outcome.error}", highlight=False
+        )
+        if self._progress is not None:
+            self._progress.update(self._task, total=self.total)
+        self._refresh()
+
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()

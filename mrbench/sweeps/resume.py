@@ -2,20 +2,20 @@
 
 A cell whose run key has a FINISHED run is done and skipped. RUNNING runs left by a dead
 invocation (kill -9, power loss) are marked KILLED, so the MLflow UI is truthful, and their
-cells, like FAILED and KILLED ones, run again. An invocation of the same sweep that is still
-alive on this host (its parent run's host and pid tags) is refused.
+cells, like FAILED and KILLED ones, run again. The runs of another invocation of the same sweep
+that is still alive (:mod:`mrbench.sweeps.liveness`) are left alone: the two share the cells,
+each running those it claims first (:mod:`mrbench.sweeps.claims`).
 """
 
 from __future__ import annotations
 
-import os
-import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mrbench.core import layout
-from mrbench.core.errors import UserError
 from mrbench.sweeps.cell import Cell
+from mrbench.sweeps.liveness import Invocation, is_alive, is_sweep_run
 
 
 def search_all(client: Any, experiment_id: str, filter_string: str = "") -> list[Any]:
@@ -31,53 +31,30 @@ def search_all(client: Any, experiment_id: str, filter_string: str = "") -> list
             return runs
 
 
-def _pid_alive(pid: int, started_ms: int) -> bool:
-    """True if ``pid`` runs on this host and was started before the run it recorded (PID reuse guard)."""
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError, OSError):
-        return False
-    try:
-        import psutil
+@dataclass
+class Resume:
+    """What the store says before this invocation starts."""
 
-        return psutil.Process(pid).create_time() <= started_ms / 1000.0 + 5.0
-    except Exception:  # psutil missing or the process just ended
-        return True
+    states: dict[str, str]
+    """Per run key: ``"done"``, ``"held by <invocation>"``, ``"re-run (FAILED)"``, ``"to run"``, …"""
+    stale_killed: int = 0
+    """Stale RUNNING runs marked KILLED (only with ``mark_stale``)."""
+    live: list[Invocation] = field(default_factory=list)
+    """Other live invocations of this sweep."""
 
 
-def _refuse_live_invocation(runs: list[Any]) -> None:
-    """UserError if a RUNNING parent run of this sweep belongs to a live process on this host."""
-    host = socket.gethostname()
-    for run in runs:
-        tags = run.data.tags
-        if (
-            run.info.status == "RUNNING"
-            and layout.read_tag(tags, layout.ROLE) == layout.ROLE_SWEEP
-            and layout.read_tag(tags, layout.HOST) == host
-        ):
-            pid = int(layout.read_tag(tags, layout.PID, "0") or 0)
-            if pid and pid != os.getpid() and _pid_alive(pid, run.info.start_time):
-                raise UserError(
-                    f"sweep {layout.read_tag(tags, layout.SWEEP)!r} is already running here (pid {pid}, "
-                    f"MLflow run {run.info.run_id}); wait for it or stop it before running it again"
-                )
-
-
-def resume_states(
-    client: Any, experiment_id: str, cells: list[Cell], *, mark_stale: bool
-) -> tuple[dict[str, str], int]:
-    """Resume state per run key (``"done"``, ``"re-run (FAILED)"``, …) and how many stale RUNNING runs were
-    marked KILLED (only with ``mark_stale``). Refuses (UserError) while another invocation of this
-    sweep is alive on this host."""
+def resume_states(client: Any, experiment_id: str, cells: list[Cell], *, mark_stale: bool) -> Resume:
+    """Resume state per run key, the other live invocations of the sweep, and (with ``mark_stale``)
+    how many RUNNING runs of dead invocations were marked KILLED."""
     runs = search_all(client, experiment_id)
-    if mark_stale:
-        _refuse_live_invocation(runs)
+    live = {run.info.run_id: Invocation.from_run(run) for run in runs if is_sweep_run(run) and is_alive(run)}
     finished: set[str] = set()
     last: dict[str, str] = {}
     stale = 0
     for run in sorted(runs, key=lambda r: r.info.start_time or 0):
         status = run.info.status
-        if status == "RUNNING" and mark_stale:
+        owner = run.info.run_id if is_sweep_run(run) else run.data.tags.get(layout.PARENT_RUN_TAG)
+        if status == "RUNNING" and mark_stale and owner not in live:
             # Left by an invocation that died (kill -9, power loss): no process will ever end it.
             client.set_terminated(run.info.run_id, "KILLED")
             stale += 1
@@ -88,15 +65,18 @@ def resume_states(
         last[key] = status
         if status == "FINISHED":
             finished.add(key)
+    holders = {key: inv for inv in live.values() for key in inv.claims}
     states = {}
     for cell in cells:
         if cell.key in finished:
             states[cell.key] = "done"
+        elif cell.key in holders:
+            states[cell.key] = f"held by {holders[cell.key].describe()}"
         elif cell.key in last:
             states[cell.key] = f"re-run ({last[cell.key]})"
         else:
             states[cell.key] = "to run"
-    return states, stale
+    return Resume(states, stale, list(live.values()))
 
 
 def peek_states(uri: str, name: str, cells: list[Cell]) -> dict[str, str] | None:
@@ -110,6 +90,6 @@ def peek_states(uri: str, name: str, cells: list[Cell]) -> dict[str, str] | None
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
             return None
-        return resume_states(client, experiment.experiment_id, cells, mark_stale=False)[0]
+        return resume_states(client, experiment.experiment_id, cells, mark_stale=False).states
     except Exception:  # a dry run only informs; the real run checks the store properly
         return None

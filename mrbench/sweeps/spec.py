@@ -3,7 +3,7 @@ YAML file and CLI flags (later sources override earlier ones), validated before 
 
 A YAML sweep file (every key optional; unknown keys are an error)::
 
-    name: my-sweep               # MLflow experiment and report folder; default: preset or file name
+    name: my-sweep               # MLflow experiment and report folder; default: the file name, slugged
     preset: cpu                  # start from a preset, then override below
     methods: [grpo, gdpo, corrgrpo]
     method_params: {corrgrpo: {eps: 1.0e-6}}
@@ -20,15 +20,20 @@ A YAML sweep file (every key optional; unknown keys are an error)::
     gpus_per_cell: 0             # Ray resources per cell
     report: true                 # write the report when the sweep ends
 
+A file that is empty, not UTF-8, not YAML, repeats a key, or lists a method, task, model or seed
+twice is an error (on the command line a repeated entry is dropped). Without ``name``, the sweep
+is named after the file: ``my sweep.yaml`` → ``my-sweep``.
+
 Names, hyper-parameters and train fields are checked by :func:`mrbench.engine.config.resolve_spec`
-when the grid is expanded (see :mod:`mrbench.sweeps.orchestrator`); this module checks shapes and types.
+when the grid is expanded (see :mod:`mrbench.sweeps.grid`); this module checks shapes and types.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Hashable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -208,8 +213,19 @@ def _check_keys(data: Mapping[str, Any], source: str) -> None:
     )
 
 
-def _names(value: Any, key: str, source: str) -> tuple[str, ...]:
-    """A non-empty list of names from a YAML list or a comma-separated string, order kept, deduplicated."""
+def _unique(items: list[Any], key: str, source: str, dedupe: bool) -> tuple[Any, ...]:
+    """``items`` in order; a repeated entry is dropped with ``dedupe``, else an error naming it."""
+    repeated = list(dict.fromkeys(v for i, v in enumerate(items) if v in items[:i]))
+    if repeated and not dedupe:
+        raise UserError(
+            f"sweep setting {key!r}{_where(source)} lists {', '.join(map(repr, repeated))} more than once"
+        )
+    return tuple(dict.fromkeys(items))
+
+
+def _names(value: Any, key: str, source: str, dedupe: bool = False) -> tuple[str, ...]:
+    """A non-empty list of names from a YAML list or a comma-separated string, order kept; a repeated
+    name is an error, or dropped with ``dedupe``."""
     if isinstance(value, str):
         items: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
     elif isinstance(value, list | tuple):
@@ -221,7 +237,7 @@ def _names(value: Any, key: str, source: str) -> tuple[str, ...]:
         raise UserError(
             f"sweep setting {key!r}{_where(source)}: expected a non-empty list of names, got {value!r}"
         )
-    return tuple(dict.fromkeys(v.strip() for v in items))
+    return _unique([v.strip() for v in items], key, source, dedupe)
 
 
 def _int(value: Any, key: str, source: str, *, minimum: int) -> int:
@@ -236,7 +252,7 @@ def _int(value: Any, key: str, source: str, *, minimum: int) -> int:
     return number
 
 
-def _seeds(value: Any, source: str) -> tuple[int, ...]:
+def _seeds(value: Any, source: str, dedupe: bool = False) -> tuple[int, ...]:
     if isinstance(value, str):
         raw: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
     elif isinstance(value, list | tuple):
@@ -247,8 +263,7 @@ def _seeds(value: Any, source: str) -> tuple[int, ...]:
         raise UserError(f"sweep setting 'seeds'{_where(source)}: expected a list of integers, got {value!r}")
     if not raw:
         raise UserError(f"sweep setting 'seeds'{_where(source)}: expected at least one seed")
-    seeds = tuple(dict.fromkeys(_int(v, "seeds", source, minimum=0) for v in raw))
-    return seeds
+    return _unique([_int(v, "seeds", source, minimum=0) for v in raw], "seeds", source, dedupe)
 
 
 def _mapping(value: Any, key: str, source: str) -> dict[str, Any]:
@@ -276,9 +291,12 @@ def _check_subset(mapping: Mapping[str, Any], allowed: tuple[str, ...], key: str
         )
 
 
-def apply_settings(base: SweepSpec, data: Mapping[str, Any], *, source: str = "") -> SweepSpec:
+def apply_settings(
+    base: SweepSpec, data: Mapping[str, Any], *, source: str = "", dedupe: bool = False
+) -> SweepSpec:
     """``base`` overridden by the settings in ``data`` (YAML keys), validated; ``source`` names
-    where they came from in error messages."""
+    where they came from in error messages. A method, task, model or seed listed twice is an
+    error, or dropped with ``dedupe`` (comma-separated command-line options)."""
     _check_keys(data, source)
     changes: dict[str, Any] = {}
     if "name" in data:
@@ -291,20 +309,20 @@ def apply_settings(base: SweepSpec, data: Mapping[str, Any], *, source: str = ""
         changes["name"] = name
     for key in ("methods", "tasks"):
         if key in data:
-            changes[key] = _names(data[key], key, source)
+            changes[key] = _names(data[key], key, source, dedupe)
     if "models" in data:
         models = data["models"]
         if isinstance(models, Mapping):
-            per_task = {str(t): _names(m, f"models.{t}", source) for t, m in models.items()}
+            per_task = {str(t): _names(m, f"models.{t}", source, dedupe) for t, m in models.items()}
             changes["task_models"] = per_task
             changes["models"] = ()
         else:
-            changes["models"] = _names(models, "models", source)
+            changes["models"] = _names(models, "models", source, dedupe)
             changes["task_models"] = {}
     if "seeds" in data and "n_seeds" in data:
         raise UserError(f"give either 'seeds' or 'n_seeds'{_where(source)}, not both")
     if "seeds" in data:
-        changes["seeds"] = _seeds(data["seeds"], source)
+        changes["seeds"] = _seeds(data["seeds"], source, dedupe)
     if "n_seeds" in data:
         changes["seeds"] = tuple(range(_int(data["n_seeds"], "n_seeds", source, minimum=1)))
     if "steps" in data:
@@ -361,8 +379,49 @@ def _drop_unused(spec: SweepSpec) -> SweepSpec:
     return spec
 
 
+def name_from_file(path: Path) -> str:
+    """The sweep name of a YAML file without ``name``: its stem, as letters, digits, ``.`` and ``_``
+    with every other run of characters turned into one ``-`` (accents dropped).
+
+    >>> name_from_file(Path("configs/my sweep.yaml")), name_from_file(Path("Ablation (v2) – é.yml"))
+    ('my-sweep', 'Ablation-v2-e')
+    """
+    stem = unicodedata.normalize("NFKD", Path(path).stem).encode("ascii", "ignore").decode()
+    name = re.sub(r"[^A-Za-z0-9._]+", "-", stem).strip("-._")
+    if not _NAME_RE.match(name):
+        raise UserError(
+            f"cannot name the sweep after the file {str(path)!r}: give it a name (name: my-sweep in the "
+            "file, or --name)"
+        )
+    return name
+
+
+def _strict_loader() -> type:
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error (PyYAML
+    would keep the last one silently)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # ``<<: *base`` merges keys that the mapping may then override
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, Hashable) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} is given twice", key_node.start_mark
+                    )
+                if isinstance(key, Hashable):
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
-    """The top-level mapping of a sweep YAML file; UserError naming the file and line otherwise."""
+    """The top-level mapping of a sweep YAML file; a one-line UserError naming the file (and the
+    line) when it cannot be read, is not UTF-8, is not YAML, repeats a key, is empty or is not a mapping."""
     import yaml
 
     path = Path(path)
@@ -370,15 +429,23 @@ def load_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot read sweep config {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"sweep config {str(path)!r} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+            f"offset {exc.start}); save it as UTF-8"
+        ) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_strict_loader())  # a SafeLoader: builds plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise UserError(f"sweep config {str(path)!r} is not valid YAML{where}: {problem}") from None
     if data is None:
-        return {}
+        raise UserError(
+            f"sweep config {str(path)!r} is empty: give the settings to run (methods, tasks, models, "
+            "seeds, ...) or at least a preset (preset: smoke)"
+        )
     if not isinstance(data, Mapping):
         raise UserError(
             f"sweep config {str(path)!r} must be a mapping of settings (name, methods, tasks, ...), "
@@ -395,9 +462,11 @@ def build_sweep_spec(
 ) -> SweepSpec:
     """Preset (default ``smoke``) ← YAML ``config`` ← CLI ``overrides`` (YAML keys; None = not given).
 
-    The name defaults to the YAML file's stem when a file is given, else the preset's name.
+    The name is ``--name``, else the file's ``name``, else the file's name slugged
+    (:func:`name_from_file`); without a file, the preset's name.
     """
     file_data = load_yaml(config) if config is not None else {}
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     source = str(config) if config is not None else ""
     preset_name = preset or file_data.get("preset") or "smoke"
     if preset_name not in PRESETS:
@@ -406,9 +475,9 @@ def build_sweep_spec(
         raise UserError(f"unknown preset {preset_name!r}.{hint} Presets: {', '.join(PRESETS)}.")
     spec = PRESETS[preset_name]
     if config is not None:
-        spec = replace(spec, name=Path(config).stem if _NAME_RE.match(Path(config).stem) else spec.name)
+        if "name" not in file_data and "name" not in cli:
+            spec = replace(spec, name=name_from_file(config))
         spec = apply_settings(spec, {k: v for k, v in file_data.items() if k != "preset"}, source=source)
-    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     if cli:
-        spec = apply_settings(spec, cli, source="command-line options")
+        spec = apply_settings(spec, cli, source="command-line options", dedupe=True)
     return _drop_unused(spec)

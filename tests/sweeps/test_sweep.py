@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,22 @@ import pytest
 from fakes import fake_cell, fake_resolve_spec
 from mlflow.tracking import MlflowClient
 from rich.console import Console
+from sweep_testing import (
+    HOST,
+    PID,
+    REPO,
+    ROLE,
+    RUN_KEY,
+    SWEEP,
+    assert_exactly_once_finished,
+    child_statuses,
+    cli_sweep,
+    parent_runs,
+    quiet,
+    small,
+    sweep,
+    wait_for,
+)
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
@@ -30,33 +45,7 @@ from mrbench.engine.config import resolve_spec
 from mrbench.sweeps.cell import Cell, CellContext, callable_path
 from mrbench.sweeps.cell_process import cell_payload
 from mrbench.sweeps.grid import expand_grid, print_grid
-from mrbench.sweeps.orchestrator import SweepOutcome, run_sweep
-from mrbench.sweeps.spec import SweepSpec
-
-REPO = Path(__file__).resolve().parents[2]
-FAKE_SWEEP_CLI = Path(__file__).with_name("fake_sweep_cli.py")
-ROLE, SWEEP, HOST, PID = (layout.tag(n) for n in (layout.ROLE, layout.SWEEP, layout.HOST, layout.PID))
-RUN_KEY = layout.tag(layout.RUN_KEY)
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One sqlite store for the module (creating a store costs seconds); each test uses its own sweep."""
-    results = tmp_path_factory.mktemp("results")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MRBENCH_RESULTS", str(results))
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        # Worker processes import the fake cell as "fakes:fake_cell" from tests/.
-        mp.setenv(
-            "PYTHONPATH", os.pathsep.join(filter(None, [str(REPO / "tests"), os.environ.get("PYTHONPATH")]))
-        )
-        for var in ("MRBENCH_FAKE_CELL_SECONDS", "MRBENCH_FAKE_CELL_FAIL", "MRBENCH_FAKE_UNAVAILABLE"):
-            mp.delenv(var, raising=False)
-        uri = f"sqlite:///{results / 'mlflow.db'}"
-        # Create the store now: a test process and a sweep subprocess initialising one new sqlite
-        # file at the same moment race on MLflow's schema migration.
-        MlflowClient(tracking_uri=uri).search_experiments()
-        yield uri
+from mrbench.sweeps.orchestrator import run_sweep
 
 
 def default_sigint() -> None:
@@ -77,61 +66,6 @@ def sigint_enabled() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def small(name: str, **changes: Any) -> SweepSpec:
-    base = dict(
-        name=name,
-        methods=("grpo", "gdpo"),
-        tasks=("tool-calling",),
-        models=("tiny",),
-        seeds=(0, 1),
-        steps=3,
-        report=False,
-    )
-    return SweepSpec(**{**base, **changes})
-
-
-def quiet() -> Console:
-    return Console(file=io.StringIO(), width=200)
-
-
-def sweep(spec: SweepSpec, uri: str, cell_fn: Any = fake_cell, **kwargs: Any) -> SweepOutcome:
-    return run_sweep(
-        spec, tracking_uri=uri, resolve=fake_resolve_spec, cell_fn=cell_fn, console=quiet(), **kwargs
-    )
-
-
-def child_statuses(uri: str, name: str) -> dict[str, list[str]]:
-    """run key → statuses of its runs (oldest first)."""
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(name)
-    out: dict[str, list[str]] = defaultdict(list)
-    runs = client.search_runs(
-        [experiment.experiment_id], max_results=5000, order_by=["attributes.start_time ASC"]
-    )
-    for run in runs:
-        key = run.data.tags.get(RUN_KEY)
-        if key:
-            out[key].append(run.info.status)
-    return dict(out)
-
-
-def parent_runs(uri: str, name: str) -> list[Any]:
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(name)
-    runs = client.search_runs(
-        [experiment.experiment_id], max_results=100, order_by=["attributes.start_time ASC"]
-    )
-    return [r for r in runs if r.data.tags.get(ROLE) == layout.ROLE_SWEEP]
-
-
-def assert_exactly_once_finished(uri: str, name: str, keys: list[str]) -> None:
-    statuses = child_statuses(uri, name)
-    assert set(statuses) == set(keys)
-    for key in keys:
-        assert statuses[key].count("FINISHED") == 1, (key, statuses[key])
-        assert "RUNNING" not in statuses[key], (key, statuses[key])
 
 
 # ------------------------------------------------------------------------------------------ grid
@@ -279,22 +213,6 @@ def test_stale_running_and_killed_runs_are_marked_and_rerun(store: str) -> None:
     assert client.get_run(dead_parent.info.run_id).info.status == "KILLED"
 
 
-def test_a_live_invocation_of_the_same_sweep_is_refused(store: str) -> None:
-    import socket
-
-    from mrbench.engine.tracking import ensure_experiment
-
-    experiment_id = ensure_experiment("live", store)
-    client = MlflowClient(tracking_uri=store)
-    # This test process stands in for a sweep that is still running on this host.
-    client.create_run(
-        experiment_id,
-        tags={ROLE: layout.ROLE_SWEEP, SWEEP: "live", HOST: socket.gethostname(), PID: str(os.getppid())},
-    )
-    with pytest.raises(UserError, match="already running here"):
-        sweep(small("live"), store)
-
-
 def test_ctrl_c_marks_the_current_run_killed_and_resume_finishes(
     store: str, monkeypatch: pytest.MonkeyPatch, sigint_enabled: None
 ) -> None:
@@ -367,43 +285,6 @@ def test_worker_process_failure_is_recorded(store: str, monkeypatch: pytest.Monk
     assert by_label["grpo|tool-calling|tiny|s0"].status == "FINISHED"
     assert by_label["gdpo|tool-calling|tiny|s0"].status == "FAILED"
     assert "scripted failure" in (by_label["gdpo|tool-calling|tiny|s0"].error or "")
-
-
-def cli_sweep(uri: str, name: str, *extra: str) -> list[str]:
-    """The real ``mrbench sweep`` command line, run by :mod:`fake_sweep_cli` with fake cells."""
-    return [
-        sys.executable,
-        str(FAKE_SWEEP_CLI),
-        "sweep",
-        "--name",
-        name,
-        "--tracking-uri",
-        uri,
-        "--methods",
-        "grpo,gdpo,corrgrpo",
-        "--tasks",
-        "tool-calling",
-        "--models",
-        "tiny",
-        "--seeds",
-        "0",
-        "--steps",
-        "3",
-        "--no-report",
-        *extra,
-    ]
-
-
-def wait_for(uri: str, name: str, predicate: Any, timeout_s: float = 60.0) -> dict[str, list[str]]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        client = MlflowClient(tracking_uri=uri)
-        if client.get_experiment_by_name(name) is not None:
-            statuses = child_statuses(uri, name)
-            if predicate(statuses):
-                return statuses
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for the sweep {name!r}")
 
 
 def test_sigkill_mid_cell_then_rerun_finishes_each_cell_exactly_once(store: str) -> None:

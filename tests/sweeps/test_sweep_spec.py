@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,125 @@ def test_comma_lists_are_split_stripped_and_deduplicated() -> None:
     spec = build_sweep_spec(overrides={"methods": " grpo, gdpo,grpo ,", "seeds": "2, 0, 2"})
     assert spec.methods == ("grpo", "gdpo")
     assert spec.seeds == (2, 0)
+
+
+# ------------------------------------------------------------------------- names and YAML faults
+
+
+@pytest.mark.parametrize(
+    ("file_name", "name"),
+    [
+        ("my sweep.yaml", "my-sweep"),
+        ("Ablation (v2) – é.yml", "Ablation-v2-e"),
+        ("cpu_3.seeds.yaml", "cpu_3.seeds"),
+    ],
+)
+def test_the_name_is_the_file_name_slugged_never_a_default(tmp_path: Path, file_name: str, name: str) -> None:
+    path = write(tmp_path, "preset: cpu\n", file_name)
+    assert build_sweep_spec(config=path).name == name
+    assert build_sweep_spec(config=path, overrides={"name": "given"}).name == "given"
+    assert build_sweep_spec(config=write(tmp_path, "name: inside\n", file_name)).name == "inside"
+
+
+def test_a_file_name_without_letters_needs_an_explicit_name(tmp_path: Path) -> None:
+    path = write(tmp_path, "preset: cpu\n", "✓✓.yaml")
+    with pytest.raises(UserError, match=r"cannot name the sweep after the file .*✓✓\.yaml.*--name"):
+        build_sweep_spec(config=path)
+    assert build_sweep_spec(config=path, overrides={"name": "ok"}).name == "ok"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "is empty"),
+        ("# only a comment\n", "is empty"),
+        ("methods: [grpo, gdpo, grpo]\n", "'methods' in .*exp.yaml lists 'grpo' more than once"),
+        ("methods: grpo,gdpo,gdpo\n", "'methods' .* lists 'gdpo' more than once"),
+        ("tasks: [tool-calling, tool-calling]\n", "'tasks' .* lists 'tool-calling' more than once"),
+        ("models: [tiny, tiny-s, tiny]\n", "'models' .* lists 'tiny' more than once"),
+        ("models: {tool-calling: [tiny, tiny]}\n", "'models.tool-calling' .* lists 'tiny' more than once"),
+        ("seeds: [0, 1, 0, 1]\n", "'seeds' .* lists 0, 1 more than once"),
+        ("methods: [grpo]\nseeds: [0]\nmethods: [gdpo]\n", r"line 3, column 1\): key 'methods' is given tw"),
+        ("x: \x01\n", "not valid YAML: unacceptable character #x0001"),
+    ],
+)
+def test_yaml_faults_are_named(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(UserError, match=fragment) as err:
+        build_sweep_spec(config=write(tmp_path, text))
+    assert "\n" not in str(err.value)
+
+
+def test_a_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: café\n".encode("latin-1"))
+    with pytest.raises(UserError, match=r"latin1\.yaml' is not UTF-8 text \(byte 0xe9 at offset 9\)"):
+        build_sweep_spec(config=path)
+
+
+def test_yaml_merge_keys_are_not_taken_for_repeated_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "train: {<<: {learning_rate: 0.1, steps: 3}, steps: 4}\n")
+    assert build_sweep_spec(config=path).train == {"learning_rate": 0.1, "steps": 4}
+
+
+def test_real_cli_yaml_faults_exit_2_with_one_line_naming_the_value(tmp_path: Path) -> None:
+    files = {
+        "empty.yaml": b"",
+        "dup.yaml": b"methods: [grpo, gdpo, grpo]\n",
+        "dup-seeds.yaml": b"seeds: [3, 3]\n",
+        "latin1.yaml": "methods: [grpo]\nname: caf\xe9\n".encode("latin-1"),
+        "bad-name.yaml": b"name: 'my sweep'\n",
+        "twice.yaml": b"methods: [grpo]\nmethods: [gdpo]\n",
+    }
+    expected = {
+        "empty.yaml": "empty.yaml' is empty",
+        "dup.yaml": "'methods' in dup.yaml lists 'grpo' more than once",
+        "dup-seeds.yaml": "'seeds' in dup-seeds.yaml lists 3 more than once",
+        "latin1.yaml": "latin1.yaml' is not UTF-8 text (byte 0xe9",
+        "bad-name.yaml": "'my sweep' is not a valid sweep name",
+        "twice.yaml": "key 'methods' is given twice",
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    db = tmp_path / "never.db"
+    cli = [sys.executable, "-m", "mrbench", "sweep", "--dry-run", "--tracking-uri", f"sqlite:///{db}"]
+    procs = {
+        name: subprocess.Popen(
+            [*cli, "--config", name], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for name in files
+    }
+    procs["--name"] = subprocess.Popen(
+        [*cli, "--name", "a/b"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    expected["--name"] = "'name' in command-line options: 'a/b' is not a valid sweep name"
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, (name, out, err)
+        assert "Traceback" not in err and err.count("\n") == 1, (name, err)
+        assert err.startswith("error: ") and expected[name] in err, (name, err)
+    assert not db.exists()
+
+
+def test_real_cli_names_a_sweep_after_its_file(tmp_path: Path) -> None:
+    text = "methods: [grpo]\ntasks: [tool-calling]\nmodels: [tiny]\nseeds: [0]\n"
+    config = write(tmp_path, text, "my sweep.yaml")
+    db = tmp_path / "never.db"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mrbench",
+            "sweep",
+            "--config",
+            config.name,
+            "--dry-run",
+            "--tracking-uri",
+            f"sqlite:///{db}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "experiment 'my-sweep'" in " ".join(proc.stdout.split())

@@ -61,7 +61,12 @@ def register(app: typer.Typer, *, cell_fn: CellFn | None = None, resolve: Resolv
         ] = None,
         steps: Annotated[int | None, typer.Option("--steps", help="Training steps for every cell.")] = None,
         name: Annotated[
-            str | None, typer.Option("--name", help="Sweep name = MLflow experiment and report folder.")
+            str | None,
+            typer.Option(
+                "--name",
+                help="Sweep name = MLflow experiment and report folder (default: the config's name, "
+                "else its file name, else the preset's).",
+            ),
         ] = None,
         workers: Annotated[
             int | None,
@@ -87,7 +92,9 @@ def register(app: typer.Typer, *, cell_fn: CellFn | None = None, resolve: Resolv
     ) -> None:
         """Run every cell of a sweep (skipping FINISHED ones), then write reports/<name>/report.md.
 
-        Rerun the same command to resume after a crash or Ctrl-C.
+        Rerun the same command to resume after a crash or Ctrl-C. Several invocations of one sweep
+        (here or on other machines logging to one tracking server) share its cells: each cell runs
+        once, in whichever claims it first.
         """
         overrides = {
             "name": name,

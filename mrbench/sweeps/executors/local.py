@@ -27,9 +27,15 @@ STOP_GRACE_S = 30.0  # how long a stopped worker may take to end its run KILLED 
 
 
 def run_sequential(cells: list[Cell], ctx: CellContext, progress: SweepProgress) -> Iterator[CellOutcome]:
-    """Run cells one after another in this process; a failing cell is recorded and the sweep goes on.
+    """Run cells one after another in this process, each claimed just before it starts (a cell held
+    by another invocation is yielded SKIPPED); a failing cell is recorded and the sweep goes on.
     KeyboardInterrupt propagates (the cell function has ended its run KILLED)."""
     for cell in cells:
+        skipped = ctx.held(cell)
+        if skipped is not None:
+            progress.skip(skipped)
+            yield skipped
+            continue
         progress.start(cell)
         t0 = time.perf_counter()
         try:
@@ -77,7 +83,8 @@ def run_processes(
     cells: list[Cell], ctx: CellContext, workers: int, progress: SweepProgress
 ) -> Iterator[CellOutcome]:
     """Run up to ``workers`` cells at a time, each in ``python -m mrbench.sweeps.cell_process`` with
-    ``cores // workers`` threads; output goes to ``<log_dir>/<cell>.log``. On KeyboardInterrupt
+    ``cores // workers`` threads; output goes to ``<log_dir>/<cell>.log``. A cell is claimed just
+    before its process starts (one held by another invocation is yielded SKIPPED). On KeyboardInterrupt
     every running child gets one SIGINT (its cell ends KILLED), then SIGKILL after 30 s."""
     threads = max(1, available_cores() // workers)
     fn_path = callable_path(ctx.cell_fn)
@@ -93,6 +100,11 @@ def run_processes(
             while queue or running:
                 while queue and len(running) < workers:
                     cell = queue.pop(0)
+                    skipped = ctx.held(cell)
+                    if skipped is not None:
+                        progress.skip(skipped)
+                        yield skipped
+                        continue
                     payload = Path(tmp) / f"{cell.key}.json"
                     result = Path(tmp) / f"{cell.key}.result.json"
                     payload.write_text(json.dumps(cell_payload(cell, ctx, fn_path, threads, result)))

@@ -66,6 +66,12 @@ def run_ray(
     threads = max(1, int(cpus_per_cell))
     refs: dict[Any, tuple[Cell, float]] = {}
     for cell in cells:
+        # Claimed when submitted: Ray starts tasks as resources free up, out of this process's sight.
+        skipped = ctx.held(cell)
+        if skipped is not None:
+            progress.skip(skipped)
+            yield skipped
+            continue
         ref = remote.remote(cell_payload(cell, ctx, fn_path, threads, None))
         refs[ref] = (cell, time.perf_counter())
         progress.start(cell)
