@@ -10,6 +10,12 @@ TRL 1.16 has no advantage hook, so the subclass
 
 Everything else (loss, clipping, KL, optimisation) is TRL's.
 
+Shadow estimators: with the diagnostics, every other registered method (or the ones named in
+``shadow_methods``) is run with its default hyper-parameters on the same rewards, and compared
+with the method in use (``adv/shadow/<method>/...`` and ``adv/resolution``, see
+:mod:`mrbench.core.layout`). They only observe: what TRL trains on is the method in use. A
+shadow that raises on a batch is left out of that batch, with one warning per method per run.
+
 This module is the one place that touches TRL's internals: besides the advantage hook it reads
 the completion log (:meth:`MultiRewardGRPOTrainer.completion_log`) and runs a task's own
 multi-turn rollout (:data:`mrbench.core.rollout.Rollout`) as TRL's ``rollout_func``, handing it
@@ -18,7 +24,8 @@ a :class:`~mrbench.core.rollout.RolloutContext` built from the trainer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -27,14 +34,35 @@ from trl import GRPOTrainer
 from mrbench.core import layout
 from mrbench.core.contracts import completion_text
 from mrbench.core.rollout import Rollout, RolloutBatch, RolloutContext, TokenGenerate
-from mrbench.methods.diagnostics import diagnostics
+from mrbench.methods import METHODS
+from mrbench.methods.diagnostics import diagnostics, shadow_diagnostics
+
+log = logging.getLogger(__name__)
 
 # Keys TRL reads from a ``rollout_func`` result; a rollout's own columns must not shadow them.
 _TRL_ROLLOUT_KEYS = frozenset({"prompt_ids", "completion_ids", "logprobs", "env_mask"})
 
 
+class _Mean:
+    """Running mean of the values that were defined (None is skipped)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.count = 0
+
+    def add(self, value: float | None) -> None:
+        if value is not None:
+            self.total += value
+            self.count += 1
+
+    def value(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
 class DiagnosticsAccumulator:
-    """Running means of the per-step diagnostics that are matrices/vectors (for ``diagnostics.json``)."""
+    """Running means over the run of the per-step diagnostics that go to ``diagnostics.json``:
+    the matrices/vectors of :func:`~mrbench.methods.diagnostics.diagnostics` and the shadow
+    comparisons of :func:`~mrbench.methods.diagnostics.shadow_diagnostics`."""
 
     def __init__(self) -> None:
         self.steps = 0
@@ -42,6 +70,9 @@ class DiagnosticsAccumulator:
         self._corr_count: list[list[int]] | None = None
         self._share_sum: list[float] | None = None
         self._share_count: list[int] | None = None
+        self._resolution = _Mean()
+        self._shadow: dict[str, dict[str, _Mean]] = {}
+        self._shadow_steps: dict[str, int] = {}
 
     def add(self, diag: dict[str, Any]) -> None:
         corr = diag.get("corr_matrix") or []
@@ -61,17 +92,34 @@ class DiagnosticsAccumulator:
             if value is not None:
                 self._share_sum[i] += value
                 self._share_count[i] += 1
+        self._resolution.add(diag.get("resolution"))
+        for name, stats in (diag.get("shadow") or {}).items():
+            means = self._shadow.setdefault(name, {stat: _Mean() for stat in layout.SHADOW_STATS})
+            for stat in layout.SHADOW_STATS:
+                means[stat].add(stats.get(stat))
+            self._shadow_steps[name] = self._shadow_steps.get(name, 0) + 1
         self.steps += 1
 
     def summary(self, components: list[str]) -> dict[str, Any]:
-        """``{"components", "corr_matrix" (K×K, None where never defined), "share" [K], "steps"}``."""
+        """``{"components", "corr_matrix" (K×K, None where never defined), "share" [K], "steps",
+        "resolution", "shadow"}``.
+
+        ``resolution``: mean ``adv/resolution`` of the method in use; ``shadow``: per shadow
+        method, the means of its ``sign_agree``, ``rank_corr`` and ``resolution`` and the number
+        of ``steps`` it ran (a mean is None where the statistic was never defined).
+        """
+        shadow = {
+            name: {**{stat: mean.value() for stat, mean in means.items()}, "steps": self._shadow_steps[name]}
+            for name, means in self._shadow.items()
+        }
+        shadows = {"resolution": self._resolution.value(), "shadow": shadow}
         if (
             self._corr_sum is None
             or self._corr_count is None
             or self._share_sum is None
             or self._share_count is None
         ):
-            return {"components": components, "corr_matrix": None, "share": None, "steps": 0}
+            return {"components": components, "corr_matrix": None, "share": None, "steps": 0, **shadows}
         k = len(self._corr_sum)
         corr = [
             [
@@ -81,7 +129,20 @@ class DiagnosticsAccumulator:
             for i in range(k)
         ]
         share = [s / n if n else None for s, n in zip(self._share_sum, self._share_count, strict=True)]
-        return {"components": components, "corr_matrix": corr, "share": share, "steps": self.steps}
+        return {"components": components, "corr_matrix": corr, "share": share, "steps": self.steps, **shadows}
+
+
+def resolve_shadows(
+    method_fn: Callable[..., Any], names: Iterable[str] | None
+) -> dict[str, Callable[..., Any]]:
+    """The shadow methods of a run: name → function, without the method in use (``method_fn``).
+
+    ``names`` None: every registered method (plugins of the ``mrbench.methods`` entry-point group
+    included; one that cannot be loaded is left out); otherwise exactly those (an unknown name
+    raises :class:`mrbench.core.errors.UnknownNameError` here, before training starts).
+    """
+    entries = METHODS.catalog()[0] if names is None else [METHODS.get(name) for name in names]
+    return {entry.name: entry.obj for entry in entries if entry.obj is not method_fn}
 
 
 class MultiRewardGRPOTrainer(GRPOTrainer):
@@ -89,8 +150,13 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
 
     Extra keyword arguments: ``method_fn`` (a registered method), ``method_params`` (its resolved
     hyper-parameters), ``diagnostics_every`` (compute the ``adv/...`` diagnostics every N
-    generation batches; 1 = always) and ``rollout`` (a task's multi-turn rollout, run in place
-    of TRL's single-turn generation). All other arguments go to ``GRPOTrainer``.
+    generation batches; 1 = always), ``shadow_methods`` (methods compared with ``method_fn`` on
+    every diagnosed batch, see :func:`resolve_shadows`; None = every other registered method,
+    ``()`` = none) and ``rollout`` (a task's multi-turn rollout, run in place of TRL's
+    single-turn generation). All other arguments go to ``GRPOTrainer``.
+
+    ``shadow_fns`` holds the resolved shadows (name → function, called with default
+    hyper-parameters).
     """
 
     def __init__(
@@ -99,6 +165,7 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         method_fn: Callable[..., torch.Tensor],
         method_params: dict[str, Any] | None = None,
         diagnostics_every: int = 1,
+        shadow_methods: tuple[str, ...] | None = None,
         rollout: Rollout | None = None,
         **kwargs: Any,
     ) -> None:
@@ -106,6 +173,8 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         self.method_params = dict(method_params or {})
         self.diagnostics_every = max(1, diagnostics_every)
         self.diag_accumulator = DiagnosticsAccumulator()
+        self.shadow_fns = resolve_shadows(method_fn, shadow_methods)
+        self._shadows_warned: set[str] = set()
         self._kept_rewards: torch.Tensor | None = None
         self._batches_scored = 0
         if rollout is not None:
@@ -252,7 +321,13 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
     def _log_diagnostics(
         self, mode: str, rewards: torch.Tensor, weights: torch.Tensor, adv: torch.Tensor
     ) -> None:
-        diag = diagnostics(rewards, weights, adv)
+        """Append this batch's ``adv/...`` values to TRL's per-step metrics.
+
+        ``rewards`` ``[P, G, K]``, ``weights`` ``[K]``, ``adv`` ``[P, G]`` (the method in use).
+        """
+        shadows, compared = self._shadow_step(rewards, weights, adv)
+        # The grpo shadow (default eps) is what diagnostics() would compute for its sign flips.
+        diag = {**diagnostics(rewards, weights, adv, grpo_advantages=shadows.get("grpo")), **compared}
         metrics = self._metrics[mode]
         for key in (
             "mean_offdiag_corr",
@@ -269,8 +344,42 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         for name, share in zip(self.reward_func_names, diag.get("share") or [], strict=False):
             if share is not None:  # undefined when no group has any spread in the advantages
                 metrics[layout.adv_share(name)].append(float(share))
+        if compared["resolution"] is not None:  # undefined when no group has two distinct reward vectors
+            metrics[layout.ADV_RESOLUTION].append(compared["resolution"])
+        for name, stats in compared["shadow"].items():
+            for stat, value in stats.items():
+                if value is not None:
+                    metrics[layout.shadow_metric(name, stat)].append(value)
         if mode == "train":
             self.diag_accumulator.add(diag)
+
+    def _shadow_step(
+        self, rewards: torch.Tensor, weights: torch.Tensor, adv: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Run the shadow methods on ``rewards`` ``[P, G, K]`` and compare them with ``adv`` ``[P, G]``.
+
+        Returns the shadows' advantages (name → ``[P, G]``; a shadow that raised or returned
+        another shape is left out) and :func:`~mrbench.methods.diagnostics.shadow_diagnostics`.
+        """
+        shadows: dict[str, torch.Tensor] = {}
+        for name, fn in self.shadow_fns.items():
+            try:
+                out = torch.as_tensor(fn(rewards, weights))
+                if out.shape != adv.shape:
+                    raise ValueError(f"returned shape {tuple(out.shape)}, expected {tuple(adv.shape)}")
+            except Exception as exc:  # a shadow only observes: it must never stop training
+                if name not in self._shadows_warned:
+                    self._shadows_warned.add(name)
+                    log.warning(
+                        "shadow method %r is skipped on a batch it cannot handle (%s: %s); "
+                        "further failures of it are skipped without a warning",
+                        name,
+                        type(exc).__name__,
+                        exc,
+                    )
+                continue
+            shadows[name] = out
+        return shadows, shadow_diagnostics(rewards, adv, shadows)
 
     # ------------------------------------------------------------------ completion log
 

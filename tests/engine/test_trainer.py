@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 import mrbench.methods as methods
+from mrbench.core import layout
+from mrbench.core.errors import UnknownNameError
 from mrbench.core.rollout import RolloutBatch, RolloutContext
 from mrbench.engine.models import load_model, load_tokenizer
-from mrbench.engine.trainer import DiagnosticsAccumulator, MultiRewardGRPOTrainer
+from mrbench.engine.trainer import DiagnosticsAccumulator, MultiRewardGRPOTrainer, resolve_shadows
 
 G = 4
 
@@ -69,25 +73,114 @@ def _rows() -> list[dict]:
     return [{"prompt": [{"role": "user", "content": f"add {i} {i + 1}"}]} for i in range(8)]
 
 
-def _trainer(model_dir, tmp_path, method: str, params: dict) -> _Recorder:
+def _trainer(model_dir, tmp_path, method: str, params: dict, reward_funcs=None, **kwargs) -> _Recorder:
     torch.manual_seed(0)
     tok = load_tokenizer(str(model_dir))
     rows = _rows()
     return _Recorder(
         model=load_model(str(model_dir)),
-        reward_funcs=[_length, _has_brace],
+        reward_funcs=reward_funcs or [_length, _has_brace],
         args=_config(tmp_path),
         train_dataset=Dataset.from_list(rows),
         processing_class=tok,
         method_fn=methods.get_method(method).obj,
         method_params=params,
+        **kwargs,
     )
+
+
+def _step_logs(trainer) -> list[dict]:
+    """TRL's per-step log entries (the final summary entry has no loss)."""
+    return [entry for entry in trainer.state.log_history if "loss" in entry]
+
+
+SHADOW_RANGES = {"sign_agree": (0.0, 1.0), "rank_corr": (-1.0, 1.0), "resolution": (0.0, 1.0)}
 
 
 def test_grpo_through_the_hook_equals_trl_builtin(micro_model_dir, tmp_path):
     trainer = _trainer(micro_model_dir, tmp_path, "grpo", {"eps": 1e-4})  # TRL's epsilon
     trainer.train()
     torch.testing.assert_close(trainer.final_advantages, trainer.trl_advantages, atol=1e-5, rtol=1e-5)
+
+    # Every other registered method shadows every step, its comparisons in range.
+    others = [name for name in methods.METHODS.names() if name != "grpo"]
+    assert list(trainer.shadow_fns) == others
+    steps = _step_logs(trainer)
+    assert len(steps) == 2
+    for logs in steps:
+        assert 0.0 < logs[layout.ADV_RESOLUTION] <= 1.0
+        for name in others:
+            for stat, (low, high) in SHADOW_RANGES.items():
+                assert low <= logs[layout.shadow_metric(name, stat)] <= high, (name, stat)
+        # CorrGRPO keeps GRPO's centred numerator and rescales each group: same signs and order.
+        assert logs[layout.shadow_metric("corrgrpo", "sign_agree")] == 1.0
+        assert logs[layout.shadow_metric("corrgrpo", "rank_corr")] == pytest.approx(1.0)
+        assert logs[layout.shadow_metric("corrgrpo", "resolution")] == logs[layout.ADV_RESOLUTION]
+    summary = trainer.diag_accumulator.summary(["_length", "_has_brace"])
+    assert list(summary["shadow"]) == others and summary["shadow"]["corrgrpo"]["sign_agree"] == 1.0
+    assert all(stats["steps"] == 2 for stats in summary["shadow"].values())
+    assert 0.0 < summary["resolution"] <= 1.0
+
+
+# Per group of G = 4 rollouts: reward vectors [1, 0], [0, 1], [0, 1], [0, 0] by position. GRPO's
+# totals 1, 1, 1, 0 give 2 advantages for 3 vectors; GDPO's per-component z-scores tell [1, 0] from
+# [0, 1] because the two components have different group statistics.
+COLLAPSING = ((1.0, 0.0), (0.0, 1.0), (0.0, 1.0), (0.0, 0.0))
+
+
+def _first_bit(prompts, completions, **kw):
+    return [COLLAPSING[i % G][0] for i in range(len(completions))]
+
+
+def _second_bit(prompts, completions, **kw):
+    return [COLLAPSING[i % G][1] for i in range(len(completions))]
+
+
+def test_grpo_collapses_binary_vectors_that_gdpo_resolves(micro_model_dir, tmp_path):
+    trainer = _trainer(micro_model_dir, tmp_path, "grpo", {}, reward_funcs=[_first_bit, _second_bit])
+    trainer.train()
+    for logs in _step_logs(trainer):
+        grpo, gdpo = logs[layout.ADV_RESOLUTION], logs[layout.shadow_metric("gdpo", "resolution")]
+        assert grpo <= gdpo
+        assert grpo == pytest.approx(2 / 3) and gdpo == 1.0
+        assert logs[layout.shadow_metric("corrgrpo", "sign_agree")] == 1.0
+    summary = trainer.diag_accumulator.summary(["_first_bit", "_second_bit"])
+    assert summary["resolution"] == pytest.approx(2 / 3) and summary["shadow"]["gdpo"]["resolution"] == 1.0
+
+
+def _raises(rewards, weights):
+    raise RuntimeError("cannot handle this batch")
+
+
+def _wrong_shape(rewards, weights):
+    return torch.zeros(rewards.shape[0])
+
+
+def test_failing_shadow_is_skipped_with_one_warning(micro_model_dir, tmp_path, caplog):
+    trainer = _trainer(micro_model_dir, tmp_path, "gdpo", {}, shadow_methods=("corrgrpo", "gdpo"))
+    assert list(trainer.shadow_fns) == ["corrgrpo"]  # the method in use is never its own shadow
+    trainer.shadow_fns.update({"boom": _raises, "flat": _wrong_shape})
+    with caplog.at_level(logging.WARNING, logger="mrbench.engine.trainer"):
+        trainer.train()
+    assert trainer.state.global_step == 2
+    warnings = [r.getMessage() for r in caplog.records if r.name == "mrbench.engine.trainer"]
+    assert len(warnings) == 2  # one per failing method, not one per step
+    assert "'boom'" in warnings[0] and "cannot handle" in warnings[0] and "'flat'" in warnings[1]
+    for logs in _step_logs(trainer):
+        assert layout.shadow_metric("corrgrpo", "sign_agree") in logs
+        skipped = (layout.ADV_SHADOW + "boom/", layout.ADV_SHADOW + "flat/")
+        assert not any(key.startswith(skipped) for key in logs)
+    assert set(trainer.diag_accumulator.summary(["a", "b"])["shadow"]) == {"corrgrpo"}
+
+
+def test_resolve_shadows_names_and_switch():
+    grpo = methods.get_method("grpo").obj
+    others = [name for name in methods.METHODS.names() if name != "grpo"]
+    assert list(resolve_shadows(grpo, None)) == others
+    assert resolve_shadows(grpo, ()) == {}
+    assert resolve_shadows(grpo, ("grpo", "gdpo")) == {"gdpo": methods.get_method("gdpo").obj}
+    with pytest.raises(UnknownNameError):
+        resolve_shadows(grpo, ("no-such-method",))
 
 
 def test_other_method_replaces_advantages_and_logs(micro_model_dir, tmp_path):
@@ -111,12 +204,33 @@ def test_other_method_replaces_advantages_and_logs(micro_model_dir, tmp_path):
 
 def test_diagnostics_accumulator_skips_undefined_values():
     acc = DiagnosticsAccumulator()
-    acc.add({"corr_matrix": [[1.0, None], [None, 1.0]], "share": [1.0, None]})
-    acc.add({"corr_matrix": [[1.0, 0.5], [0.5, 1.0]], "share": [0.5, 0.5]})
+    undefined = {"sign_agree": None, "rank_corr": None, "resolution": None}
+    acc.add(
+        {
+            "corr_matrix": [[1.0, None], [None, 1.0]],
+            "share": [1.0, None],
+            "resolution": None,
+            "shadow": {"gdpo": {"sign_agree": 1.0, "rank_corr": None, "resolution": 0.5}, "x": undefined},
+        }
+    )
+    acc.add(
+        {
+            "corr_matrix": [[1.0, 0.5], [0.5, 1.0]],
+            "share": [0.5, 0.5],
+            "resolution": 0.5,
+            "shadow": {"gdpo": {"sign_agree": 0.5, "rank_corr": 0.25, "resolution": 1.0}},
+        }
+    )
     summary = acc.summary(["a", "b"])
     assert summary["corr_matrix"] == [[1.0, 0.5], [0.5, 1.0]]
     assert summary["share"] == [0.75, 0.5]
-    assert DiagnosticsAccumulator().summary(["a"])["steps"] == 0
+    assert summary["resolution"] == 0.5
+    assert summary["shadow"] == {
+        "gdpo": {"sign_agree": 0.75, "rank_corr": 0.25, "resolution": 0.75, "steps": 2},
+        "x": {**undefined, "steps": 1},
+    }
+    empty = DiagnosticsAccumulator().summary(["a"])
+    assert empty["steps"] == 0 and empty["resolution"] is None and empty["shadow"] == {}
 
 
 # --------------------------------------------------------------------------- task rollouts
