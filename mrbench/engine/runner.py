@@ -3,26 +3,63 @@
 Each cell is one MLflow run (a child of the sweep's parent run when there is one). The run is
 ended FINISHED only after everything is logged; Ctrl-C ends it KILLED and any other error
 FAILED, so a resumed sweep knows exactly which cells to redo.
+
+Checkpoint (``save``, not part of the run key): ``"final"`` (default) keeps the trained policy
+and tokenizer in ``<results>/checkpoints/<run_key>/final/``, ``"every:N"`` also one every N
+steps, ``"none"`` nothing; the run records it in its ``save`` and ``checkpoint_dir`` params and
+``checkpoint/size_mb`` (see :mod:`mrbench.engine.checkpoints`).
+
+Tracking-store outages:
+
+1. Every call to the store is retried with backoff for ``tracking_retry_s`` seconds (default
+   300, or ``$MRBENCH_TRACKING_RETRY_S``; :class:`~mrbench.engine.tracking.RetryingClient`), so
+   a server restart costs nothing.
+2. Past that bound the run's log goes offline (:class:`~mrbench.engine.tracking.RunLog`):
+   training and evaluation go on, and everything is kept to be sent at the end, when the store
+   gets one more bounded try.
+3. If it is still unreachable then, the checkpoint is on disk (per ``save``), what the run could
+   not log is in ``<results>/checkpoints/<run_key>/pending/`` (``record.json`` and the artifact
+   files it names), the run stays RUNNING in the store, and
+   :class:`~mrbench.engine.tracking.TrackingUnavailable` names both folders.
+4. Running the same cell again (same run key and store: the same ``mrbench run`` command, or a
+   resumed sweep) finds ``record.json``, sends it to that same run, ends the run FINISHED and
+   returns its result (``recovered``) without loading a model or training. If the store is
+   still down, the record stays for the next try; deleting ``pending/`` trains the cell afresh.
+
+A store that is unreachable before the run exists fails the cell at once: nothing was computed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.contracts import EvalResult, Sample, Task
+from mrbench.core.errors import UserError
+from mrbench.engine.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
 from mrbench.engine.config import RunSpec
-from mrbench.engine.tracking import ensure_experiment, git_sha, log_json_artifact
+from mrbench.engine.tracking import RetryingClient, RunLog, TrackingUnavailable, ensure_experiment, git_sha
+
+log = logging.getLogger(__name__)
+
+_EXIT_RETRY_S = 10.0  # how long a failed or interrupted cell tries to end its run before giving up
 
 
 @dataclass
 class CellResult:
-    """What a finished cell reports back to the CLI or a sweep."""
+    """What a finished cell reports back to the CLI or a sweep.
+
+    ``checkpoint_dir``: the saved policy ("" with save "none"); ``recovered``: True when this call
+    only logged what an earlier attempt could not (no training).
+    """
 
     run_id: str
     run_key: str
@@ -31,6 +68,8 @@ class CellResult:
     metrics_after: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     primary_metric: str = ""
+    checkpoint_dir: str = ""
+    recovered: bool = False
 
 
 def cell_tags(spec: RunSpec, task: Task, sweep: str | None) -> dict[str, str]:
@@ -64,17 +103,16 @@ def cell_params(spec: RunSpec) -> dict[str, str]:
 
 
 class MlflowStepLogger:
-    """A ``TrainerCallback``: forwards TRL's per-step logs to the cell's MLflow run.
+    """A ``TrainerCallback``: forwards TRL's per-step logs to the cell's run through its :class:`RunLog`.
 
     Names follow :func:`mrbench.core.layout.step_metric`: ``rewards/<component>/...``, ``adv/...``
     and the weighted total ``reward`` keep theirs; every other number becomes ``train/<key>``.
     """
 
-    def __init__(self, client: Any, run_id: str) -> None:
+    def __init__(self, run_log: RunLog) -> None:
         from transformers import TrainerCallback
 
-        self.client = client
-        self.run_id = run_id
+        self.run_log = run_log
         # Subclass at runtime so that importing this module does not import transformers.
         parent = self
 
@@ -85,16 +123,14 @@ class MlflowStepLogger:
         self.callback = _Callback()
 
     def log(self, logs: dict[str, Any], step: int) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        metrics = [
-            Metric(layout.step_metric(k), float(v), now, step)
-            for k, v in logs.items()
-            if isinstance(v, int | float) and not isinstance(v, bool) and v == v  # skip NaN
-        ]
-        if metrics:
-            self.client.log_batch(self.run_id, metrics=metrics)
+        self.run_log.metrics(
+            {
+                layout.step_metric(k): float(v)
+                for k, v in logs.items()
+                if isinstance(v, int | float) and not isinstance(v, bool) and v == v  # skip NaN
+            },
+            step,
+        )
 
 
 def _build_dataset(samples: list[Sample]) -> Any:
@@ -105,7 +141,9 @@ def _build_dataset(samples: list[Sample]) -> Any:
     return Dataset.from_list(rows)
 
 
-def _grpo_config(spec: RunSpec, task: Task, output_dir: str, progress: bool) -> Any:
+def _grpo_config(spec: RunSpec, task: Task, output_dir: str, progress: bool, save_every: int = 0) -> Any:
+    """TRL's config for ``spec``; ``save_every`` > 0 saves the model (only) every that many steps
+    into ``output_dir/checkpoint-<step>``."""
     import torch
     from trl import GRPOConfig
 
@@ -126,7 +164,9 @@ def _grpo_config(spec: RunSpec, task: Task, output_dir: str, progress: bool) -> 
         reward_weights=[c.weight for c in task.reward_components()],
         logging_steps=1,
         report_to=[],
-        save_strategy="no",
+        save_strategy="steps" if save_every else "no",
+        save_steps=save_every or 500,
+        save_only_model=True,  # no optimizer state: a checkpoint to evaluate or deploy, not to resume
         seed=spec.seed,
         use_cpu=not on_gpu,
         bf16=train.bf16 and on_gpu,
@@ -156,22 +196,34 @@ def run_cell(
     parent_run_id: str | None = None,
     sweep: str | None = None,
     progress: bool = True,
+    save: str = "final",
+    tracking_retry_s: float | None = None,
 ) -> CellResult:
     """Evaluate → train → evaluate one cell, logging everything to a new MLflow run.
 
+    ``save``: ``"none" | "final" | "every:N"``; ``tracking_retry_s``: how long each call to the
+    store is retried (see the module docstring for both, and for how an outage is recovered).
     The task is built here and closed (:meth:`~mrbench.core.contracts.Task.close`) when the cell
     ends, however it ends.
     """
     from mrbench.tasks import build_task
 
     started = time.perf_counter()
+    save_mode = parse_save(save)
+    client = RetryingClient(tracking_uri, tracking_retry_s)
+    folder = CellFolder.for_run_key(spec.run_key())
+    record = folder.read_record()
+    if record is not None:
+        return _finish_recorded(record, folder, client)
     task = build_task(spec.task, spec.task_params)
     try:
         return _run_cell(
             spec,
             task,
             started=started,
-            tracking_uri=tracking_uri,
+            client=client,
+            folder=folder,
+            save_mode=save_mode,
             experiment=experiment,
             parent_run_id=parent_run_id,
             sweep=sweep,
@@ -181,35 +233,46 @@ def run_cell(
         task.close()
 
 
+@contextlib.contextmanager
+def _trainer_output(folder: CellFolder, save_mode: SaveMode) -> Iterator[str]:
+    """TRL's ``output_dir``: the cell folder when it saves step checkpoints, else a temporary one."""
+    if save_mode.every:
+        folder.clear_step_checkpoints()
+        folder.root.mkdir(parents=True, exist_ok=True)
+        yield str(folder.root)
+    else:
+        with tempfile.TemporaryDirectory(prefix="mrbench-trl-") as out_dir:
+            yield out_dir
+
+
 def _run_cell(
     spec: RunSpec,
     task: Task,
     *,
     started: float,
-    tracking_uri: str,
+    client: RetryingClient,
+    folder: CellFolder,
+    save_mode: SaveMode,
     experiment: str,
     parent_run_id: str | None,
     sweep: str | None,
     progress: bool,
 ) -> CellResult:
-    from mlflow.entities import Metric, Param
-    from mlflow.tracking import MlflowClient
-
     import mrbench.methods as methods
     from mrbench.engine.models import load_model, load_tokenizer, prepare_model
     from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiment_id = ensure_experiment(experiment, tracking_uri)
+    experiment_id = ensure_experiment(experiment, client.tracking_uri, client=client)
     tags = cell_tags(spec, task, sweep)
     if parent_run_id:
         tags[layout.PARENT_RUN_TAG] = parent_run_id
-    run = client.create_run(experiment_id, tags=tags, run_name=spec.label())
-    run_id = run.info.run_id
+    run_id = client.create_run(experiment_id, tags=tags, run_name=spec.label()).info.run_id
+    folder.clear_pending()  # what a process that died before writing its record left there
+    run_log = RunLog(client, run_id, folder.pending)
+    steps = spec.train.steps
     try:
-        client.log_batch(run_id, params=[Param(k, v[:6000]) for k, v in cell_params(spec).items()])
-        config = {**spec.to_dict(), "run_key": spec.run_key()}
-        log_json_artifact(client, run_id, config, layout.CONFIG_ARTIFACT)
+        run_log.params({**cell_params(spec), layout.PARAM_SAVE: str(save_mode)})
+        run_log.json_artifact({**spec.to_dict(), "run_key": spec.run_key()}, layout.CONFIG_ARTIFACT)
 
         t0 = time.perf_counter()
         model_path = prepare_model(spec.model)
@@ -226,39 +289,42 @@ def _run_cell(
         t0 = time.perf_counter()
         before = evaluate_model(task, model, tokenizer, spec.train.eval_limit)
         eval_s = time.perf_counter() - t0
-        now = int(time.time() * 1000)
-        client.log_batch(
-            run_id,
-            metrics=[
-                Metric(layout.eval_before_metric(k), float(v), now, 0) for k, v in before.metrics.items()
-            ]
-            + [Metric(layout.eval_metric(k), float(v), now, 0) for k, v in before.metrics.items()],
+        run_log.metrics(
+            {layout.eval_before_metric(k): v for k, v in before.metrics.items()}
+            | {layout.eval_metric(k): v for k, v in before.metrics.items()},
+            0,
         )
-        log_json_artifact(client, run_id, before.samples, layout.EVAL_SAMPLES_BEFORE)
+        run_log.json_artifact(before.samples, layout.EVAL_SAMPLES_BEFORE)
 
-        step_logger = MlflowStepLogger(client, run_id)
+        step_logger = MlflowStepLogger(run_log)
         hooks = task.training_hooks()
-        with tempfile.TemporaryDirectory(prefix="mrbench-trl-") as out_dir:
+        with _trainer_output(folder, save_mode) as out_dir:
             trainer = MultiRewardGRPOTrainer(
                 # With a KL term TRL builds the reference model from a path; otherwise reuse the loaded one.
                 model=model_path if spec.train.beta > 0 else model,
                 reward_funcs=[c.fn for c in task.reward_components()],
-                args=_grpo_config(spec, task, out_dir, progress),
+                args=_grpo_config(spec, task, out_dir, progress, save_every=save_mode.every),
                 train_dataset=_build_dataset(task.train_samples()),
                 processing_class=tokenizer,
                 callbacks=[step_logger.callback],
                 method_fn=methods.get_method(spec.method).obj,
                 method_params=spec.method_params,
+                shadow_methods=None,  # compare with every other registered method, at its defaults
                 **hooks,
             )
             t0 = time.perf_counter()
             trainer.train()
             train_s = time.perf_counter() - t0
 
+        checkpoint = ""
+        if save_mode.final:  # saved before anything else can fail: the trained policy is what costs
+            checkpoint = str(save_policy(trainer, folder.final))
+            run_log.params({layout.PARAM_CHECKPOINT_DIR: checkpoint})
+            run_log.metrics({layout.CHECKPOINT_SIZE_MB: folder_size_mb(folder.final)}, steps)
+
         t0 = time.perf_counter()
         after = evaluate_model(task, trainer.model, tokenizer, spec.train.eval_limit)
         eval_s += time.perf_counter() - t0
-        now = int(time.time() * 1000)
         wall_s = time.perf_counter() - started
         perf = {
             layout.PERF_WALL_S: wall_s,
@@ -266,30 +332,20 @@ def _run_cell(
             layout.PERF_EVAL_S: eval_s,
             layout.PERF_MODEL_PREPARE_S: prepare_s,
         }
-        client.log_batch(
-            run_id,
-            metrics=[
-                Metric(layout.eval_metric(k), float(v), now, spec.train.steps)
-                for k, v in after.metrics.items()
-            ]
-            + [Metric(k, float(v), now, spec.train.steps) for k, v in perf.items()],
-        )
-        log_json_artifact(client, run_id, after.samples, layout.EVAL_SAMPLES_AFTER)
+        run_log.metrics({layout.eval_metric(k): v for k, v in after.metrics.items()} | perf, steps)
+        run_log.json_artifact(after.samples, layout.EVAL_SAMPLES_AFTER)
         components = [c.name for c in task.reward_components()]
-        diagnostics = trainer.diag_accumulator.summary(components)
-        log_json_artifact(client, run_id, diagnostics, layout.DIAGNOSTICS_ARTIFACT)
-        log_json_artifact(client, run_id, trainer.completion_log(), layout.COMPLETIONS_ARTIFACT)
-        client.set_terminated(run_id, "FINISHED")
+        run_log.json_artifact(trainer.diag_accumulator.summary(components), layout.DIAGNOSTICS_ARTIFACT)
+        run_log.json_artifact(trainer.completion_log(), layout.COMPLETIONS_ARTIFACT)
     except KeyboardInterrupt:
-        client.set_terminated(run_id, "KILLED")
+        _end_quietly(client, run_id, "KILLED")
+        folder.clear_pending()  # a cell that did not complete has nothing to log later
         raise
     except BaseException as exc:
-        try:
-            client.set_tag(run_id, layout.tag(layout.ERROR), f"{type(exc).__name__}: {exc}"[:4000])
-        finally:
-            client.set_terminated(run_id, "FAILED")
+        _end_quietly(client, run_id, "FAILED", error=f"{type(exc).__name__}: {exc}")
+        folder.clear_pending()
         raise
-    return CellResult(
+    result = CellResult(
         run_id=run_id,
         run_key=spec.run_key(),
         status="FINISHED",
@@ -297,7 +353,72 @@ def _run_cell(
         metrics_after=dict(after.metrics),
         wall_s=wall_s,
         primary_metric=task.primary_metric,
+        checkpoint_dir=checkpoint,
     )
+    # The cell is complete: from here on nothing it computed may be lost.
+    _finish(run_log, folder, {"run_id": run_id, "tracking_uri": client.tracking_uri, "result": result})
+    return result
+
+
+def _outage_message(exc: TrackingUnavailable, run_id: str, folder: CellFolder, checkpoint: str) -> str:
+    kept = f"the trained policy is in {checkpoint}" if checkpoint else "the policy was not kept (save none)"
+    return (
+        f"{exc}. The cell is complete: {kept}, and what run {run_id} could not log is in "
+        f"{folder.pending}. Run the same cell again once the store answers (the same `mrbench run` "
+        "command, or resume the sweep) to log it and end the run FINISHED without training again."
+    )
+
+
+def _finish_recorded(record: dict[str, Any], folder: CellFolder, client: RetryingClient) -> CellResult:
+    """Send what an earlier attempt of this cell could not log, end its run FINISHED, return its result."""
+    run_id = record["run_id"]
+    if record["tracking_uri"] != client.tracking_uri:
+        raise UserError(
+            f"{folder.record_path} holds what run {run_id} could not log to {record['tracking_uri']}, "
+            f"not {client.tracking_uri}: use --tracking-uri {record['tracking_uri']} to finish that run, "
+            f"or delete {folder.pending} to train the cell again"
+        )
+    log.warning("run %s: logging what an earlier attempt kept in %s (no training)", run_id, folder.pending)
+    result = CellResult(**{**record["result"], "recovered": True})
+    _finish(RunLog(client, run_id, folder.pending, record["pending"]), folder, {**record, "result": result})
+    return result
+
+
+def _finish(run_log: RunLog, folder: CellFolder, record: dict[str, Any]) -> None:
+    """Send what ``run_log`` kept, end its run FINISHED and remove the cell's ``pending/`` folder.
+
+    When that fails (the store still unreachable past the bound, Ctrl-C while waiting for it, or
+    any other error) the record is written instead, for a rerun of the cell to finish the job:
+    ``record`` (``run_id``, ``tracking_uri``, ``result``: the :class:`CellResult`) plus ``pending``,
+    the log entries not sent yet (see :class:`~mrbench.engine.tracking.RunLog`).
+    """
+    result: CellResult = record["result"]
+    try:
+        run_log.flush()
+        run_log.client.set_terminated(run_log.run_id, "FINISHED")
+    except BaseException as exc:
+        kept = {**record, "result": dataclasses.asdict(result) | {"recovered": False}}
+        folder.write_record(kept | {"pending": run_log.pending})
+        if isinstance(exc, TrackingUnavailable):
+            message = _outage_message(exc, run_log.run_id, folder, result.checkpoint_dir)
+            raise TrackingUnavailable(message) from None
+        log.warning("run %s: what it could not log is kept in %s", run_log.run_id, folder.pending)
+        raise
+    folder.clear_pending()
+
+
+def _end_quietly(client: RetryingClient, run_id: str, status: str, error: str | None = None) -> None:
+    """End a failed or interrupted cell's run ``status`` (with its ``error`` tag), trying an unreachable
+    store for a few seconds only: the cell's own exception is what the caller must see."""
+    quick = client.bounded(_EXIT_RETRY_S)
+    try:
+        try:
+            if error is not None:
+                quick.set_tag(run_id, layout.tag(layout.ERROR), error[:4000])
+        finally:
+            quick.set_terminated(run_id, status)
+    except TrackingUnavailable as exc:
+        log.warning("%s; run %s stays RUNNING in the store", exc, run_id)
 
 
 def dump_result(result: CellResult) -> str:

@@ -1,27 +1,72 @@
-"""MLflow store resolution and small logging helpers.
+"""MLflow store resolution, logging that rides out a store outage, and small logging helpers.
 
 Default store: ``sqlite:///<results>/mlflow.db`` with artifacts under ``<results>/artifacts``,
 where ``<results>`` is ``$MRBENCH_RESULTS`` or ``./results``. ``--tracking-uri`` or
 ``MLFLOW_TRACKING_URI`` point at a server (or another store) instead.
+
+Outages. A tracking server that restarts must not cost a run. :class:`RetryingClient` retries
+every call that fails for a reason a restart explains (no connection, a timeout, a 5xx/429
+answer) with exponential backoff for a bounded time, :func:`tracking_retry_s` (default
+:data:`DEFAULT_RETRY_S`, long enough for a server restart), then raises
+:class:`TrackingUnavailable`. :class:`RunLog` is what a cell logs through: past the bound it
+keeps everything locally instead of failing, so training goes on, and :meth:`RunLog.flush` sends
+it later. :func:`check_tracking_reachable`'s short, no-retry settings apply to the check alone.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
-import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
 
+log = logging.getLogger(__name__)
+
+DEFAULT_RETRY_S = 300.0
+"""How long a call to the store is retried by default: a server restart, with a wide margin."""
+RETRY_ENV = "MRBENCH_TRACKING_RETRY_S"
+"""Environment variable for the retry bound (how sweep workers get one; ``mrbench run --tracking-retry-s``
+passes its own)."""
+# Waits 1, 2, 4, 5, 5, ... s: a store that is back is used within 5 s; one request per 5 s costs it nothing.
+_BACKOFF_FIRST_S, _BACKOFF_MAX_S = 1.0, 5.0
+_MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+
+
+class TrackingUnavailable(UserError):
+    """The tracking store stayed unreachable past the retry bound; the message says what to do."""
+
 
 def results_dir() -> Path:
-    """The local results folder (created if missing)."""
+    """The local results folder (created if missing); :class:`UserError` if it cannot be."""
     path = Path(os.environ.get("MRBENCH_RESULTS", "results")).resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, a read-only or missing parent
+        what = "MRBENCH_RESULTS" if "MRBENCH_RESULTS" in os.environ else "the default ./results"
+        reason = "it is a file" if path.exists() else (exc.strerror or str(exc))
+        raise UserError(f"results folder {path} ({what}) cannot be used: {reason}") from None
     return path
+
+
+def check_store_writable(uri: str) -> None:
+    """:class:`UserError` when a local sqlite store or the results folder cannot be written
+    (read-only file system or permissions): checked before a run starts, not after it failed."""
+    if not uri.startswith("sqlite:///"):
+        return
+    db = Path(uri.removeprefix("sqlite:///"))
+    for path in (db, db.parent, results_dir()):
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UserError(
+                f"the MLflow tracking store {uri!r} cannot be written: {path} is read-only; point "
+                "--tracking-uri or MRBENCH_RESULTS at a writable folder"
+            )
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
@@ -38,29 +83,184 @@ def _is_local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
 
+def tracking_retry_s(value: float | None = None) -> float:
+    """The retry bound in seconds: ``value``, else ``$MRBENCH_TRACKING_RETRY_S``, else
+    :data:`DEFAULT_RETRY_S`."""
+    raw: Any = value if value is not None else os.environ.get(RETRY_ENV, DEFAULT_RETRY_S)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise UserError(f"{RETRY_ENV}={raw!r} is not a number of seconds") from None
+    if not seconds >= 0:
+        raise UserError(f"the tracking retry bound must be ≥ 0 seconds, got {raw!r}")
+    return seconds
+
+
+@contextmanager
+def _mlflow_http_settings(**values: int) -> Iterator[None]:
+    """MLflow's per-request HTTP settings (``max_retries=0`` → ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0``)
+    for the calls inside the block only; the process's own values come back afterwards.
+
+    MLflow reads these variables on every request, so nothing outside the block sees them.
+    """
+    saved: dict[str, str | None] = {}
+    for name, value in values.items():
+        var = f"MLFLOW_HTTP_REQUEST_{name.upper()}"
+        saved[var] = os.environ.get(var)
+        os.environ[var] = str(value)
+    try:
+        yield
+    finally:
+        for var, old in saved.items():
+            if old is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = old
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _root_cause(exc: BaseException) -> str:
+    """``"Type: message"`` of the innermost exception ``exc`` was raised from (MLflow's own message
+    for an unreachable server is a long URL; the innermost one says "Connection refused")."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = exc.__cause__ or exc.__context__
+        if inner is None:
+            break
+        exc = inner
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
 def check_tracking_reachable(uri: str) -> None:
-    """Fail early (before any training) if the tracking store cannot be reached."""
+    """Fail early (before any training) if the tracking store cannot be reached.
+
+    A server gets one quick try (no retries, 5 s timeout); those settings hold for this check alone.
+    """
     from mlflow.tracking import MlflowClient
 
     if uri.startswith("sqlite:///"):
         parent = Path(uri.removeprefix("sqlite:///")).parent
         if not parent.exists():
             raise UserError(f"tracking store folder {parent} does not exist (from --tracking-uri {uri!r})")
-    if uri.startswith(("http://", "https://")):
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+        check_store_writable(uri)
     try:
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        with _mlflow_http_settings(max_retries=0, timeout=5):
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as exc:  # MLflow raises many types for an unreachable store
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot reach the MLflow tracking store {uri!r}: {first}") from None
+        raise UserError(f"cannot reach the MLflow tracking store {uri!r}: {_first_line(exc)}") from None
 
 
-def ensure_experiment(name: str, tracking_uri: str) -> str:
-    """Id of experiment ``name``, creating it (artifacts under ``results/artifacts`` for local stores)."""
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` (or an exception it was raised from) is what a store restart looks like:
+    no connection, a timeout, or a 5xx/429 answer (``requests``' ``RetryError``)."""
+    import requests
+
+    kinds = (
+        requests.ConnectionError,
+        requests.Timeout,
+        requests.exceptions.RetryError,
+        ConnectionError,
+        TimeoutError,
+    )
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, kinds):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+class RetryingClient:
+    """An ``MlflowClient`` whose calls ride out a store outage of up to ``retry_s`` seconds.
+
+    ``client.log_batch(...)`` (any ``MlflowClient`` method) runs the call; when it fails for a
+    transient reason (:func:`is_transient`) it is tried again after 1, 2, 4, 5, 5, ... s
+    until ``retry_s`` seconds have passed since its first failure, then
+    :class:`TrackingUnavailable` is raised. Other errors are raised at once. MLflow's own
+    per-request retries are off inside these calls, so the bound is this one: a call ends at most
+    ``retry_s`` plus one request timeout (``MLFLOW_HTTP_REQUEST_TIMEOUT``) after it first failed.
+    One warning is logged when a call starts failing and one when the store answers again.
+    """
+
+    def __init__(self, tracking_uri: str, retry_s: float | None = None, *, mlflow: Any = None) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.tracking_uri = tracking_uri
+        self.retry_s = tracking_retry_s(retry_s)
+        self.mlflow = mlflow if mlflow is not None else MlflowClient(tracking_uri=tracking_uri)
+
+    def bounded(self, retry_s: float) -> RetryingClient:
+        """The same client with another retry bound (e.g. a short one on the way out of a failed run)."""
+        return RetryingClient(self.tracking_uri, retry_s, mlflow=self.mlflow)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "mlflow":  # not an MlflowClient method (or not set up yet)
+            raise AttributeError(name)
+        method = getattr(self.mlflow, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.call(name, method, *args, **kwargs)
+
+        return call
+
+    def call(self, name: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """``method(*args, **kwargs)`` with retries (``name`` is what the messages call it)."""
+        first_failure: float | None = None
+        attempt = 0
+        while True:
+            try:
+                with _mlflow_http_settings(max_retries=0):
+                    result = method(*args, **kwargs)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                now = time.monotonic()
+                if first_failure is None:
+                    first_failure = now
+                    log.warning(
+                        "tracking store %s unreachable (%s); retrying %s for up to %g s",
+                        self.tracking_uri,
+                        _root_cause(exc),
+                        name,
+                        self.retry_s,
+                    )
+                waited = now - first_failure
+                if waited >= self.retry_s:
+                    raise TrackingUnavailable(
+                        f"tracking store {self.tracking_uri} unreachable for {waited:.0f} s during {name} "
+                        f"({_root_cause(exc)}); the bound is {self.retry_s:g} s (--tracking-retry-s, "
+                        f"${RETRY_ENV})"
+                    ) from None
+                time.sleep(min(_BACKOFF_FIRST_S * 2**attempt, _BACKOFF_MAX_S, self.retry_s - waited))
+                attempt += 1
+                continue
+            if first_failure is not None:
+                log.warning(
+                    "tracking store %s answers again (%s after %.0f s)",
+                    self.tracking_uri,
+                    name,
+                    time.monotonic() - first_failure,
+                )
+            return result
+
+
+def ensure_experiment(name: str, tracking_uri: str, *, client: Any = None) -> str:
+    """Id of experiment ``name``, creating it (artifacts under ``results/artifacts`` for local stores).
+
+    ``client``: the ``MlflowClient`` (or :class:`RetryingClient`) to use; a plain one by default.
+    """
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = client if client is not None else MlflowClient(tracking_uri=tracking_uri)
     existing = client.get_experiment_by_name(name)
     if existing is not None:
         if existing.lifecycle_stage == "deleted":
@@ -71,6 +271,8 @@ def ensure_experiment(name: str, tracking_uri: str) -> str:
         location = (results_dir() / "artifacts").as_uri()
     try:
         return client.create_experiment(name, artifact_location=location)
+    except TrackingUnavailable:
+        raise
     except Exception:
         # Another worker may have created it between our lookup and create.
         again = client.get_experiment_by_name(name)
@@ -99,18 +301,103 @@ def git_sha() -> str:
     return sha + ("+dirty" if dirty else "")
 
 
-def log_json_artifact(client: Any, run_id: str, obj: Any, artifact_path: str) -> None:
-    """Write ``obj`` as JSON (``.json``) or JSON lines (``.jsonl``, obj a list) at ``artifact_path``."""
-    folder, _, filename = artifact_path.rpartition("/")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / filename
-        with path.open("w", encoding="utf-8") as fh:
-            if filename.endswith(".jsonl"):
-                for row in obj:
-                    fh.write(json.dumps(row, default=_jsonable) + "\n")
-            else:
-                json.dump(obj, fh, indent=2, default=_jsonable)
-        client.log_artifact(run_id, str(path), artifact_path=folder or None)
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON (``.json``) or JSON lines (``.jsonl``, obj a list of rows) at ``path``."""
+    with path.open("w", encoding="utf-8") as fh:
+        if path.name.endswith(".jsonl"):
+            for row in obj:
+                fh.write(json.dumps(row, default=_jsonable) + "\n")
+        else:
+            json.dump(obj, fh, indent=2, default=_jsonable)
+
+
+class RunLog:
+    """What one cell logs to its MLflow run, through a :class:`RetryingClient`.
+
+    While the store answers, each call is sent at once. When one fails past the client's retry
+    bound the log goes *offline*: that call and every later one are kept in :attr:`pending`
+    (JSON-ready entries, see below; artifact files stay under ``spool`` at their artifact paths)
+    and nothing more is sent until :meth:`flush`. A cell thus trains through an outage of any
+    length. :meth:`flush` sends what is pending, in order, and raises :class:`TrackingUnavailable`
+    while the store is still down, keeping the rest; a later process finishes the job with
+    ``RunLog(client, run_id, spool, pending).flush()`` (see :mod:`mrbench.engine.runner`).
+
+    Pending entries: ``{"op": "log", "metrics": [[key, value, timestamp_ms, step], ...],
+    "params": {key: value}, "tags": {key: value}}`` and ``{"op": "artifact", "path": artifact
+    path}``. Sending one twice is harmless (MLflow keeps a metric point once and accepts a param
+    again with the same value), which is what happens when the store took a call but its answer
+    was lost. Ending the run is the caller's (``client.set_terminated``), after :meth:`flush`.
+    """
+
+    def __init__(
+        self, client: RetryingClient, run_id: str, spool: Path, pending: list[dict[str, Any]] | None = None
+    ) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.spool = spool
+        self.pending: list[dict[str, Any]] = list(pending or [])
+
+    @property
+    def offline(self) -> bool:
+        """True once something could not be sent (everything after it is kept too, in order)."""
+        return bool(self.pending)
+
+    def metrics(self, values: Mapping[str, float], step: int) -> None:
+        """Log ``{name: value}`` at ``step``, stamped now."""
+        if values:
+            now = int(time.time() * 1000)
+            self._send({"op": "log", "metrics": [[k, float(v), now, step] for k, v in values.items()]})
+
+    def params(self, values: Mapping[str, str]) -> None:
+        """Log params (values cut to MLflow's 6000 characters)."""
+        if values:
+            self._send({"op": "log", "params": {k: str(v)[:_MAX_PARAM_CHARS] for k, v in values.items()}})
+
+    def tags(self, values: Mapping[str, str]) -> None:
+        """Set tags."""
+        if values:
+            self._send({"op": "log", "tags": dict(values)})
+
+    def json_artifact(self, obj: Any, artifact_path: str) -> None:
+        """Log ``obj`` as the JSON (``.json``) or JSON-lines (``.jsonl``) artifact ``artifact_path``."""
+        path = self.spool / artifact_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, obj)
+        self._send({"op": "artifact", "path": artifact_path})
+
+    def flush(self) -> None:
+        """Send everything pending, in order; :class:`TrackingUnavailable` (the rest kept) if the store
+        is still unreachable past the bound."""
+        while self.pending:
+            self._apply(self.pending[0])
+            self.pending.pop(0)
+
+    def _send(self, entry: dict[str, Any]) -> None:
+        if self.pending:
+            self.pending.append(entry)
+            return
+        try:
+            self._apply(entry)
+        except TrackingUnavailable as exc:
+            log.warning("%s; keeping run %s's log locally and going on", exc, self.run_id)
+            self.pending.append(entry)
+
+    def _apply(self, entry: dict[str, Any]) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        op = entry["op"]
+        if op == "log":
+            self.client.log_batch(
+                self.run_id,
+                metrics=[Metric(k, v, ts, step) for k, v, ts, step in entry.get("metrics", [])],
+                params=[Param(k, v) for k, v in entry.get("params", {}).items()],
+                tags=[RunTag(k, v) for k, v in entry.get("tags", {}).items()],
+            )
+        elif op == "artifact":
+            local, folder = self.spool / entry["path"], entry["path"].rpartition("/")[0]
+            self.client.log_artifact(self.run_id, str(local), artifact_path=folder or None)
+        else:
+            raise ValueError(f"unknown pending log entry {entry!r}")
 
 
 def _jsonable(value: Any) -> Any:

@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 import mrbench.core.layout as layout
 from mrbench.engine.config import resolve_spec
 from mrbench.engine.runner import MlflowStepLogger, cell_params, cell_tags
-from mrbench.engine.tracking import ensure_experiment
+from mrbench.engine.tracking import RetryingClient, RunLog, ensure_experiment
 from mrbench.tasks import build_task
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
@@ -44,7 +44,7 @@ def test_step_logger_writes_layout_names(tmp_path, monkeypatch) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(tracking_uri=uri)
     run_id = client.create_run(ensure_experiment("steps", uri)).info.run_id
-    logger = MlflowStepLogger(client, run_id)
+    logger = MlflowStepLogger(RunLog(RetryingClient(uri), run_id, tmp_path / "spool"))
     logger.log({"loss": 0.5, "rewards/format/mean": 1.0, "adv/std": 0.2, "reward": 0.7, "flag": True}, 1)
     logger.log({"loss": float("nan"), "epoch": 0.5, "note": "text"}, 2)
     metrics = client.get_run(run_id).data.metrics

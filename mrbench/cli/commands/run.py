@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 
@@ -26,13 +28,27 @@ def register(app: typer.Typer) -> None:
             None, "--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."
         ),
         experiment: str = typer.Option("mrbench-runs", "--experiment", help="MLflow experiment name."),
+        save: str = typer.Option(
+            "final",
+            "--save",
+            help="Keep the trained policy + tokenizer under results/checkpoints/<run key>/: none | final | "
+            "every:N (also every N steps). ~2 bytes per parameter each (a 7B model: ~15 GB).",
+        ),
+        retry_s: float = typer.Option(
+            None,
+            "--tracking-retry-s",
+            help="Retry an unreachable tracking store this long before keeping the log locally "
+            "(default 300, or $MRBENCH_TRACKING_RETRY_S).",
+        ),
         quiet: bool = typer.Option(False, "--quiet", help="No per-step progress bar."),
     ) -> None:
         """Warm-start or load the model, evaluate, train with GRPO and the chosen method, evaluate again."""
         from mrbench.core.errors import UserError
+        from mrbench.engine.checkpoints import folder_size_mb, parse_save
         from mrbench.engine.config import resolve_spec
+        from mrbench.engine.models import check_model_available
         from mrbench.engine.runner import run_cell
-        from mrbench.engine.tracking import check_tracking_reachable, resolve_tracking_uri
+        from mrbench.engine.tracking import check_tracking_reachable, resolve_tracking_uri, tracking_retry_s
         from mrbench.kit.keyvalue import parse_key_values
 
         overrides = parse_key_values(train, flag="--train")
@@ -49,11 +65,30 @@ def register(app: typer.Typer) -> None:
             task_params=parse_key_values(task_param, flag="--task-param"),
             train=overrides,
         )
+        parse_save(save)  # a bad value stops here, before the store is touched
+        retry_s = tracking_retry_s(retry_s)
+        check_model_available(spec.model)  # a hub id that cannot be loaded fails here, in seconds
         uri = resolve_tracking_uri(tracking_uri)
         check_tracking_reachable(uri)
         typer.echo(f"cell {spec.label()}  run key {spec.run_key()}  store {uri}")
-        result = run_cell(spec, tracking_uri=uri, experiment=experiment, progress=not quiet)
+        try:
+            result = run_cell(
+                spec,
+                tracking_uri=uri,
+                experiment=experiment,
+                progress=not quiet,
+                save=save,
+                tracking_retry_s=retry_s,
+            )
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (mrbench.core.interrupts)
+            typer.echo(f"\nrun interrupted: its MLflow run (if started) is marked KILLED in {uri}", err=True)
+            raise
         typer.echo(f"\nrun {result.run_id} FINISHED in {result.wall_s:.0f}s (experiment {experiment!r})")
+        if result.recovered:
+            typer.echo("(logged what an earlier attempt of this cell kept locally; not trained again)")
+        if result.checkpoint_dir:
+            size_mb = folder_size_mb(Path(result.checkpoint_dir))
+            typer.echo(f"checkpoint: {result.checkpoint_dir} ({size_mb:,.1f} MB)")
         typer.echo(f"{'metric':<22}{'before':>10}{'after':>10}")
         for name in sorted(result.metrics_after):
             before = result.metrics_before.get(name, float("nan"))

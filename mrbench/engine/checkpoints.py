@@ -1,0 +1,146 @@
+"""Where a cell keeps its trained policy, and what its run could not log while the store was down.
+
+One folder per run key under the results folder — never in git (``results/`` is ignored) and
+never an MLflow artifact (a policy can be gigabytes)::
+
+    <results>/checkpoints/<run_key>/
+        final/               the trained policy and its tokenizer (save "final", the default)
+        checkpoint-<step>/   also every N optimizer steps (save "every:N": TRL's save_steps, model only)
+        README.md            TRL's model card, written with the step checkpoints
+        pending/record.json  what the run could not log past the retry bound (only after an outage)
+        pending/<artifact>   the artifact files that record names
+
+The run names ``final/`` in its ``checkpoint_dir`` param and logs its size as
+``checkpoint/size_mb`` (:mod:`mrbench.core.layout`). Size note: a policy takes about 2 bytes per
+parameter in bf16 and 4 in fp32 (a 7B model's ``final/`` is ~15 GB in bf16), and ``every:N`` keeps
+one more per N steps; size the disk, or save ``none``. A run key has one folder: running the cell
+again replaces its checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mrbench.core.errors import UserError
+from mrbench.engine.tracking import results_dir
+
+SAVE_MODES = "none | final | every:N"
+RECORD_VERSION = 1
+_STEP_PREFIX = "checkpoint-"  # transformers' name for a step checkpoint folder
+
+
+@dataclass(frozen=True)
+class SaveMode:
+    """What a cell keeps of its trained policy: nothing, the final one, or also one every ``every`` steps.
+
+    >>> parse_save("every:10"), str(parse_save("final"))
+    (SaveMode(final=True, every=10), 'final')
+    """
+
+    final: bool
+    every: int = 0
+
+    def __str__(self) -> str:
+        if self.every:
+            return f"every:{self.every}"
+        return "final" if self.final else "none"
+
+
+def parse_save(text: str) -> SaveMode:
+    """``"none"``, ``"final"`` or ``"every:N"`` (N ≥ 1: a checkpoint every N steps, and the final one)."""
+    value = text.strip().lower()
+    if value in ("none", "final"):
+        return SaveMode(final=value == "final")
+    kind, _, every = value.partition(":")
+    if kind == "every" and every.isdigit() and int(every) >= 1:
+        return SaveMode(final=True, every=int(every))
+    raise UserError(f"--save {text!r}: expected {SAVE_MODES} (N ≥ 1)")
+
+
+@dataclass(frozen=True)
+class CellFolder:
+    """The checkpoint folder of one run key (see the module docstring for its layout)."""
+
+    root: Path
+
+    @classmethod
+    def for_run_key(cls, run_key: str) -> CellFolder:
+        """``<results>/checkpoints/<run_key>`` (not created until something is written)."""
+        return cls(results_dir() / "checkpoints" / run_key)
+
+    @property
+    def final(self) -> Path:
+        return self.root / "final"
+
+    @property
+    def pending(self) -> Path:
+        return self.root / "pending"
+
+    @property
+    def record_path(self) -> Path:
+        return self.pending / "record.json"
+
+    def read_record(self) -> dict[str, Any] | None:
+        """The pending record an earlier attempt left, or None."""
+        if not self.record_path.exists():
+            return None
+        try:
+            record = json.loads(self.record_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(
+                f"cannot read {self.record_path}: {exc}; delete {self.pending} to run again"
+            ) from None
+        if record.get("version") != RECORD_VERSION:
+            raise UserError(
+                f"{self.record_path} has record version {record.get('version')!r}, this mrbench writes "
+                f"{RECORD_VERSION}; log it with the mrbench that wrote it, or delete {self.pending}"
+            )
+        return record
+
+    def write_record(self, record: dict[str, Any]) -> Path:
+        """Write ``record`` (plus its version) to :attr:`record_path`, atomically; return that path."""
+        self.pending.mkdir(parents=True, exist_ok=True)
+        partial = self.record_path.with_suffix(".partial")
+        partial.write_text(json.dumps({**record, "version": RECORD_VERSION}, indent=1), encoding="utf-8")
+        partial.replace(self.record_path)
+        return self.record_path
+
+    def clear_pending(self) -> None:
+        """Remove ``pending/`` (and the cell folder when nothing else is in it)."""
+        shutil.rmtree(self.pending, ignore_errors=True)
+        if self.root.is_dir() and not any(self.root.iterdir()):
+            self.root.rmdir()
+
+    def clear_step_checkpoints(self) -> None:
+        """Remove the ``checkpoint-<step>`` folders of an earlier attempt (a new one writes its own)."""
+        if self.root.is_dir():
+            for path in self.root.glob(_STEP_PREFIX + "*"):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def save_policy(trainer: Any, folder: Path) -> Path:
+    """Save ``trainer``'s model and tokenizer (``Trainer.save_model``) as ``folder``, replacing it whole.
+
+    Written next to it first and then moved into place, so ``folder`` always holds one complete
+    checkpoint (the earlier one until the new one is complete).
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    trainer.save_model(str(partial))
+    old = folder.with_name(folder.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    partial.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
+def folder_size_mb(folder: Path) -> float:
+    """Total size of the files under ``folder`` in MB (10⁶ bytes)."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
