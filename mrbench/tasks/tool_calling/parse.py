@@ -14,7 +14,11 @@ answered separately, because the rewards need both:
   calls parse, or by exactly one response block; nothing else before, between (but whitespace)
   or after.
 
-Parsing never raises: any input (including non-strings) yields a :class:`ParsedAnswer`.
+Parsing never raises: any input (including non-strings) yields a :class:`ParsedAnswer`, in
+time linear in its length. The kit's block patterns are lazy ``<tag>(.*?)</tag>`` searches,
+which on a text with many opening tags and no closing one (adversarial "garbage") retry from
+every opening tag — quadratic; the cheap checks here settle those cases first, with the same
+result the patterns would give.
 """
 
 from __future__ import annotations
@@ -40,6 +44,21 @@ class ParsedAnswer:
     structure: str
 
 
+def _closed(text: str, block: toolcall.Block) -> bool:
+    """Whether a closing tag follows the first opening tag of ``block`` (else it has no block)."""
+    start = text.find(f"<{block}>")
+    return start != -1 and text.find(f"</{block}>", start) != -1
+
+
+def first_block(text: str, block: toolcall.Block) -> str | None:
+    """:func:`mrbench.kit.toolcall.first_block`, answered at once when no block is closed.
+
+    >>> first_block("<think>a</think>", "think"), first_block("<think>" * 3, "think")
+    ('a', None)
+    """
+    return toolcall.first_block(text, block) if _closed(text, block) else None
+
+
 def extract_calls(text: str) -> list[Call] | None:
     """Calls of the first tool-call block; ``[]`` without a block; ``None`` if the block is unparsable.
 
@@ -48,10 +67,23 @@ def extract_calls(text: str) -> list[Call] | None:
     >>> extract_calls('<tool_call>\\n{"name":"a","parameters":{}}') is None  # never closed
     True
     """
+    if toolcall.TOOL_CALL_OPEN in text and not _closed(text, "tool_call"):
+        return None  # unclosed: what toolcall.extract_calls reports, without its slow search
     try:
         return toolcall.extract_calls(text)
     except toolcall.CallFormatError:
         return None
+
+
+def _structure(text: str) -> str:
+    """``"tool_call"``, ``"response"`` or ``"malformed"`` by :func:`mrbench.kit.toolcall.parse_message`.
+
+    A repeated tag makes a message malformed whatever else it holds, so such texts skip the
+    message pattern (whose backtracking over repeated tags is what could be slow).
+    """
+    if any(text.count(tag) > 1 for tag in toolcall.TAGS):
+        return "malformed"
+    return toolcall.parse_message(text, require_think=True).shape or "malformed"
 
 
 def parse_answer(completion: Any) -> ParsedAnswer:
@@ -66,10 +98,9 @@ def parse_answer(completion: Any) -> ParsedAnswer:
     'malformed'
     """
     text = completion.strip() if isinstance(completion, str) else ""
-    message = toolcall.parse_message(text, require_think=True)
     return ParsedAnswer(
         calls=extract_calls(text),
-        response=toolcall.first_block(text, "response"),
-        think=toolcall.first_block(text, "think"),
-        structure=message.shape or "malformed",
+        response=first_block(text, "response"),
+        think=first_block(text, "think"),
+        structure=_structure(text),
     )

@@ -40,9 +40,13 @@ Gold calls (the JSON list in the ``gold_calls`` column), one object per call::
      "accept": {arg: [acceptable values]},          # optional: any of these counts (BFCL)
      "optional": {arg: [acceptable values]}}        # optional: args that may be left out (BFCL)
 
-Values in ``accept``/``optional`` compare leniently like BFCL's checker (strings lower-cased
-without spaces and ``,./-_*^``; nested dicts of acceptable lists); plain ``parameters`` values
-compare exactly.
+Values in ``accept``/``optional`` compare leniently, with the string standardisation BFCL's
+checker uses (lower-cased, without spaces and ``,./-_*^``; nested dicts of acceptable lists);
+plain ``parameters`` values compare exactly. These components are a graded signal, not BFCL's
+verdict: they do not check types against the function schema. For BFCL samples (those with a
+``bfcl_check`` column) :func:`score_sample` also runs BFCL's own checker
+(:mod:`.bfcl_checker`), reports its verdict as ``bfcl_valid`` and lets it decide
+``exact_match``; the components stay as defined above.
 """
 
 from __future__ import annotations
@@ -67,8 +71,12 @@ RANGES: dict[str, tuple[float, float]] = {
     "values": (-1.5, 1.5),
 }
 GOLD_COLUMN = "gold_calls"
+BFCL_COLUMN = "bfcl_check"
+"""Column of BFCL samples with the checker's inputs (see :meth:`.bfcl.BfclItem.check_column`)."""
 
 _LOOSE_DROP = re.compile(r"[ ,./\-_*^]")
+_CACHED_TEXT_CHARS = 16_384
+"""Completions up to this length are memoised (GRPO scores each one once per component)."""
 
 
 def multiset_jaccard(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
@@ -115,7 +123,7 @@ def _standardise(text: str) -> str:
 
 
 def loosely_equal(pred: Any, accepted: Any) -> bool:
-    """BFCL-style comparison with one acceptable value.
+    """One acceptable value matched with the string standardisation of BFCL's checker (no type check).
 
     Strings ignore case, spaces and ``,./-_*^``; a dict whose values are all lists is read as
     BFCL's nested form (each key's acceptable values, ``""`` = may be omitted).
@@ -273,7 +281,9 @@ def score_answer(completion: Any, gold_calls: Any) -> dict[str, float] | None:
             gold_calls = json.dumps(gold_calls)
         except (TypeError, ValueError):
             return None
-    scores = _score_cached(text, gold_calls)
+    # Long texts (garbage, runaway generations) bypass the cache, which would otherwise hold them.
+    score = _score_cached if len(text) <= _CACHED_TEXT_CHARS else _score_cached.__wrapped__
+    scores = score(text, gold_calls)
     if scores is None:
         return None
     return dict(zip((*COMPONENTS, "exact_match"), scores, strict=True))
@@ -282,13 +292,22 @@ def score_answer(completion: Any, gold_calls: Any) -> dict[str, float] | None:
 def score_sample(sample: Sample, completion: str) -> dict[str, float]:
     """Eval scoring of one sample (used by :meth:`ToolCallingTask.evaluate` and the lm-eval task).
 
-    Returns the components, ``exact_match`` and ``reward_total`` (sum of the components); NaN
-    everywhere if the sample's gold is unusable, so that means skip it visibly.
+    Returns the components, ``exact_match``, ``reward_total`` (sum of the components) and
+    ``bfcl_valid``: BFCL's checker's verdict (1/0) on a BFCL sample, which is then also its
+    ``exact_match``; NaN on other samples. NaN everywhere if the sample's gold is unusable, so
+    that means skip it visibly.
     """
     scores = score_answer(completion, sample.columns.get(GOLD_COLUMN))
     if scores is None:
-        return {name: math.nan for name in (*COMPONENTS, "exact_match", "reward_total")}
+        return {name: math.nan for name in (*COMPONENTS, "exact_match", "reward_total", "bfcl_valid")}
     scores["reward_total"] = sum(scores[name] for name in COMPONENTS)
+    scores["bfcl_valid"] = math.nan
+    check = sample.columns.get(BFCL_COLUMN)
+    if isinstance(check, str) and check:
+        from mrbench.tasks.tool_calling.bfcl_checker import check_answer
+
+        verdict = check_answer(completion_text(completion), check)
+        scores["bfcl_valid"] = scores["exact_match"] = verdict.value
     return scores
 
 

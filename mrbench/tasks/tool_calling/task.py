@@ -8,16 +8,21 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, Task
+from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
 from mrbench.tasks.tool_calling import rewards
+from mrbench.tasks.tool_calling.bfcl import CATEGORY_FILES
 from mrbench.tasks.tool_calling.data import make_demonstrations, make_samples
+from mrbench.tasks.tool_calling.score import BFCL_PREFIX, SCORE_DATASETS, Scorer, bfcl_category
 
-DATASETS: tuple[str, ...] = ("embedded", "bfcl")
-DEFAULT_MAX_COMPLETION_TOKENS = {"embedded": 64, "bfcl": 256}
+DATASETS: tuple[str, ...] = ("embedded", "bfcl", *(f"{BFCL_PREFIX}{c}" for c in CATEGORY_FILES))
+"""Eval data: ``embedded``, ``bfcl`` (simple, multiple and parallel mixed) or one BFCL category."""
+DEFAULT_MAX_COMPLETION_TOKENS = {name: 64 if name == "embedded" else 256 for name in DATASETS}
 """Generation budgets. ``embedded``: the longest gold answer is 61 tokens (mean 39) with a
 1024-token byte-level BPE trained on the demonstrations, so 64 never truncates a correct answer.
-``bfcl``: its calls have more and longer arguments; raise it for models that think at length."""
+BFCL: its calls have more and longer arguments; raise it for models that think at length."""
 EVAL_METRICS: tuple[str, ...] = (*rewards.COMPONENTS, "reward_total", "exact_match")
+BFCL_METRIC = "bfcl_valid"
+"""Also aggregated when the eval set holds BFCL samples: the mean verdict of BFCL's checker."""
 LM_EVAL_TASK = "mrbench_tool_calling"
 
 
@@ -25,7 +30,8 @@ class ToolCallingTask(Task):
     """Tool calling with ``<tool_call>`` JSON, four reward components (see :mod:`.rewards`).
 
     Train prompts are always the embedded procedural data; eval prompts are the embedded
-    held-out split or BFCL v4 (``dataset="bfcl"``). Data is generated on first use and cached.
+    held-out split or BFCL v4 (``dataset="bfcl"`` or ``"bfcl-<category>"``), where BFCL's own
+    checker decides ``exact_match``. Data is generated on first use and cached.
     """
 
     name = "tool-calling"
@@ -49,6 +55,7 @@ class ToolCallingTask(Task):
         self.max_completion_tokens = max_completion_tokens or DEFAULT_MAX_COMPLETION_TOKENS[dataset]
         self._train: list[Sample] | None = None
         self._eval: list[Sample] | None = None
+        self._scorer = Scorer(n_train, n_eval, seed)
 
     def __repr__(self) -> str:
         return (
@@ -63,13 +70,22 @@ class ToolCallingTask(Task):
         return list(self._train)
 
     def eval_samples(self) -> list[Sample]:
-        """``n_eval`` held-out prompts: embedded eval split, or BFCL simple/multiple/parallel items.
+        """``n_eval`` held-out prompts: embedded eval split, BFCL simple/multiple/parallel items,
+        or the first ``n_eval`` items of one BFCL category (``bfcl-<category>``).
 
-        BFCL: the first ``ceil(n_eval / 3)`` items of each category, interleaved, cut to
+        ``bfcl``: the first ``ceil(n_eval / 3)`` items of each category, interleaved, cut to
         ``n_eval`` (fewer if a category runs out: 400/200/200 items).
         """
         if self._eval is None:
-            if self.dataset == "bfcl":
+            category = bfcl_category(self.dataset)
+            if category is not None:
+                from mrbench.tasks.tool_calling.bfcl import load_bfcl_samples
+
+                # The lm-eval bridge takes one user turn; 5 live_irrelevance items hold an earlier
+                # exchange (user, assistant, user) and are left out of eval (`mrbench score` has them).
+                single_turn = [s for s in load_bfcl_samples((category,)) if s.prompt[-2]["role"] == "system"]
+                self._eval = single_turn[: self.n_eval]
+            elif self.dataset == "bfcl":
                 from mrbench.tasks.tool_calling.bfcl import load_bfcl_samples
 
                 categories = ("simple", "multiple", "parallel")
@@ -94,9 +110,10 @@ class ToolCallingTask(Task):
     def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
         """Greedy generations through lm-eval, scored by :func:`.rewards.score_sample`.
 
-        Metrics: ``exact_match`` (primary), the component means, ``reward_total`` and
-        ``exact_match/<kind>`` per item kind present (``single``, ``choose``, ``parallel``,
-        ``no_call`` or ``bfcl_<category>``).
+        Metrics: ``exact_match`` (primary; on BFCL samples the verdict of BFCL's checker), the
+        component means, ``reward_total``, ``exact_match/<kind>`` per item kind present
+        (``single``, ``choose``, ``parallel``, ``no_call`` or ``bfcl_<category>``), and
+        ``bfcl_valid`` when there are BFCL samples.
         """
         from mrbench.kit.lm_eval_bridge import run_generation_task
 
@@ -106,7 +123,7 @@ class ToolCallingTask(Task):
             samples,
             task_name=LM_EVAL_TASK,
             score_fn=rewards.score_sample,
-            metric_names=EVAL_METRICS,
+            metric_names=_metric_names(samples),
             max_new_tokens=self.max_completion_tokens,
             version=self.version,
         )
@@ -125,6 +142,7 @@ class ToolCallingTask(Task):
                     "rewards": {name: scores[name] for name in rewards.COMPONENTS},
                     "reward_total": scores["reward_total"],
                     "exact_match": scores["exact_match"],
+                    **({BFCL_METRIC: scores[BFCL_METRIC]} if rewards.BFCL_COLUMN in sample.columns else {}),
                 }
             )
         for kind, values in sorted(per_kind.items()):
@@ -140,15 +158,35 @@ class ToolCallingTask(Task):
         """
         from mrbench.kit.lm_eval_bridge import export_lm_eval_task
 
+        samples = self.eval_samples() if samples is None else list(samples)
         return export_lm_eval_task(
-            self.eval_samples() if samples is None else samples,
+            samples,
             directory,
             task_name=LM_EVAL_TASK,
             score_fn="mrbench.tasks.tool_calling.rewards:score_sample",
-            metric_names=EVAL_METRICS,
+            metric_names=_metric_names(samples),
             max_new_tokens=self.max_completion_tokens,
             version=self.version,
         )
+
+    # -- mrbench score -------------------------------------------------------------------------
+    def score_datasets(self) -> list[str]:
+        """``embedded`` and ``bfcl-<category>`` for every BFCL category (see :mod:`.score`)."""
+        return list(SCORE_DATASETS)
+
+    def gold_items(self, dataset: str) -> list[dict[str, Any]]:
+        """The reference answer of every item of ``dataset`` (embedded: this task's train and eval items)."""
+        return self._scorer.gold_items(dataset)
+
+    def score_items(self, items: list[dict[str, Any]]) -> list[ScoredItem]:
+        """The four components, ``exact_match`` and, on BFCL items, ``bfcl_valid`` (see :mod:`.score`)."""
+        return self._scorer.score_items(items)
+
+
+def _metric_names(samples: list[Sample]) -> tuple[str, ...]:
+    """The metrics lm-eval aggregates: ``bfcl_valid`` too when some sample is a BFCL one."""
+    has_bfcl = any(rewards.BFCL_COLUMN in s.columns for s in samples)
+    return (*EVAL_METRICS, BFCL_METRIC) if has_bfcl else EVAL_METRICS
 
 
 def tool_calling(
@@ -165,8 +203,9 @@ def tool_calling(
         n_train: training prompts (procedural, embedded).
         n_eval: evaluation prompts (held-out embedded split, or the first BFCL items).
         seed: data seed (train and eval are disjoint for every seed).
-        dataset: eval data, ``"embedded"`` or ``"bfcl"`` (BFCL v4 simple/multiple/parallel from the
-            installed ``bfcl-eval`` package; training stays embedded).
+        dataset: eval data, ``"embedded"``, ``"bfcl"`` (BFCL v4 simple/multiple/parallel from the
+            installed ``bfcl-eval`` package) or ``"bfcl-<category>"`` (one BFCL category, e.g.
+            ``bfcl-parallel_multiple``, ``bfcl-live_simple``); training stays embedded.
         max_completion_tokens: generation budget; 0 = the dataset's default (64 embedded, 256 BFCL).
     """
     if dataset not in DATASETS:

@@ -12,7 +12,7 @@ import mrbench.tasks as tasks
 from mrbench.core.contracts import EvalResult, Task
 from mrbench.tasks.tool_calling import tool_calling
 from mrbench.tasks.tool_calling.data import generate_items, gold_completion
-from mrbench.tasks.tool_calling.rewards import COMPONENTS, RANGES, score_answer
+from mrbench.tasks.tool_calling.rewards import COMPONENTS, RANGES, score_answer, score_sample
 
 
 def test_conforms_to_the_task_protocol_and_registry() -> None:
@@ -100,6 +100,63 @@ def test_bfcl_eval_set_keeps_embedded_training() -> None:
     kinds = [s.columns["kind"] for s in task.eval_samples()]
     assert kinds == ["bfcl_simple", "bfcl_multiple", "bfcl_parallel"] * 2
     assert all(s.id.startswith("train-") for s in task.train_samples())
+    assert all("bfcl_check" in s.columns for s in task.eval_samples())
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("bfcl_eval") is None,
+    reason='needs the BFCL data: pip install --no-deps "bfcl-eval==2026.3.23"',
+)
+@pytest.mark.parametrize("category", ["parallel_multiple", "live_simple", "live_irrelevance", "irrelevance"])
+def test_one_bfcl_category_as_the_eval_set(category: str) -> None:
+    task = tool_calling(dataset=f"bfcl-{category}", n_eval=300)
+    samples = task.eval_samples()
+    assert task.max_completion_tokens == 256 and 0 < len(samples) <= 300
+    assert {s.columns["kind"] for s in samples} == {f"bfcl_{category}"}
+    assert all([m["role"] for m in s.prompt] == ["system", "user"] for s in samples)  # lm-eval's shape
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("bfcl_eval") is None,
+    reason='needs the BFCL data: pip install --no-deps "bfcl-eval==2026.3.23"',
+)
+def test_eval_scoring_of_bfcl_samples_follows_the_checker() -> None:
+    from mrbench.kit.lm_eval_bridge import process_results_from, sample_to_row
+    from mrbench.tasks.tool_calling.task import EVAL_METRICS, _metric_names
+
+    task = tool_calling(dataset="bfcl-simple", n_eval=20)
+    sample = next(s for s in task.eval_samples() if s.id == "simple_python_17")
+    names = _metric_names([sample])
+    assert (
+        names == (*EVAL_METRICS, "bfcl_valid")
+        and _metric_names(tool_calling().eval_samples()) == EVAL_METRICS
+    )
+    # The exported lm-eval task's process_results, on a row as lm-eval hands it over.
+    process = process_results_from("mrbench.tasks.tool_calling.rewards:score_sample", names)
+    row = sample_to_row(0, sample)
+    good = gold_completion(json.loads(sample.columns["gold_calls"]))
+    assert process(row, [good])["bfcl_valid"] == process(row, [good])["exact_match"] == 1.0
+    as_float = good.replace('"number":450', '"number":450.0')
+    scores = process(row, [as_float])
+    assert scores["values"] == RANGES["values"][1]  # the component sees the same number …
+    assert scores["bfcl_valid"] == scores["exact_match"] == 0.0  # … the checker a wrong type
+    assert math.isnan(score_sample(tool_calling().eval_samples()[0], good)["bfcl_valid"])
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("bfcl_eval") is None,
+    reason='needs the BFCL data: pip install --no-deps "bfcl-eval==2026.3.23"',
+)
+def test_evaluate_a_bfcl_category_through_lm_eval(random_generator) -> None:
+    from mrbench.engine.models import train_tokenizer
+
+    task = tool_calling(dataset="bfcl-live_parallel", n_eval=2, max_completion_tokens=4)
+    samples = task.eval_samples()
+    tok = train_tokenizer([m["content"] for s in samples for m in s.prompt], vocab_size=600)
+    result = task.evaluate(random_generator(tok, max_positions=4096))
+    assert result.metrics["bfcl_valid"] == result.metrics["exact_match"] == 0.0  # 4 random tokens
+    assert "exact_match/bfcl_live_parallel" in result.metrics
+    assert all(r["bfcl_valid"] == r["exact_match"] == 0.0 for r in result.samples)
 
 
 def test_evaluate_through_lm_eval_with_a_tiny_random_model(tiny_generator) -> None:
