@@ -51,9 +51,6 @@ TAGS: tuple[str, ...] = (
 )
 
 Block = Literal["think", "tool_call", "response"]
-_BLOCKS: dict[str, re.Pattern[str]] = {
-    name: re.compile(rf"<{name}>(.*?)</{name}>", re.DOTALL) for name in ("think", "tool_call", "response")
-}
 _SHAPES = r"(?:<tool_call>(?P<calls>.*?)</tool_call>|<response>(?P<response>.*?)</response>)\Z"
 _MESSAGE = {
     True: re.compile(r"\A<think>(?P<think>.*?)</think>\s*" + _SHAPES, re.DOTALL),
@@ -141,8 +138,15 @@ def first_block(text: str, block: Block) -> str | None:
     >>> first_block("say <response>hi</response> <response>bye</response>", "response")
     'hi'
     """
-    match = _BLOCKS[block].search(text)
-    return match.group(1) if match else None
+    # str.find, not a regex search: a search for "<b>(.*?)</b>" restarts at every opening tag,
+    # which is quadratic on text full of unclosed tags (1 MB of them took minutes). The first
+    # opening tag is the one a search would match, if any closing tag follows it at all.
+    opening, closing = f"<{block}>", f"</{block}>"
+    start = text.find(opening)
+    if start == -1:
+        return None
+    end = text.find(closing, start + len(opening))
+    return None if end == -1 else text[start + len(opening) : end]
 
 
 def extract_calls(text: str) -> list[Call]:
@@ -163,6 +167,39 @@ def extract_calls(text: str) -> list[Call]:
     return parse_call_block(block)
 
 
+_SPACE = re.compile(r"\s*")
+
+
+def _is_block(text: str, start: int = 0) -> bool:
+    """Whether ``text[start:]`` is one ``<tool_call>…</tool_call>`` or ``<response>…</response>`` span."""
+    return any(
+        text.startswith(opening, start)
+        and text.endswith(closing)
+        and len(text) - start >= len(opening) + len(closing)
+        for opening, closing in ((TOOL_CALL_OPEN, TOOL_CALL_CLOSE), (RESPONSE_OPEN, RESPONSE_CLOSE))
+    )
+
+
+def _shaped(text: str, require_think: bool) -> bool:
+    """Whether ``_MESSAGE[require_think]`` matches ``text``, decided in linear time.
+
+    Used for text with repeated tags, where the pattern's lazy groups would try every closing
+    ``</think>``: a match is an optional ``<think>`` up to *some* ``</think>``, then whitespace,
+    then one block running to the end.
+    """
+    if not require_think and _is_block(text):
+        return True
+    if not text.startswith(THINK_OPEN):
+        return False
+    end = text.find(THINK_CLOSE, len(THINK_OPEN))
+    while end != -1:
+        after = end + len(THINK_CLOSE)
+        if _is_block(text, _SPACE.match(text, after).end()):
+            return True
+        end = text.find(THINK_CLOSE, after)
+    return False
+
+
 def parse_message(text: object, *, require_think: bool = False) -> ParsedMessage:
     """Parse one whole assistant message (never raises; non-strings are malformed).
 
@@ -178,12 +215,18 @@ def parse_message(text: object, *, require_think: bool = False) -> ParsedMessage
     if not isinstance(text, str):
         return ParsedMessage(error=f"not text: {type(text).__name__}")
     stripped = text.strip()
+    # A well-formed message holds each tag at most once. Checking that first also keeps the
+    # anchored pattern below linear: with one candidate per tag its lazy groups cannot backtrack
+    # over repeated tags (quadratic on 1 MB of them).
+    expected = "a single <tool_call> or <response> block"
+    not_shaped = ParsedMessage(
+        error=f"not a <think> block, then {expected}" if require_think else f"not {expected}"
+    )
+    if any(stripped.count(tag) > 1 for tag in TAGS):
+        return ParsedMessage(error="more than one block") if _shaped(stripped, require_think) else not_shaped
     match = _MESSAGE[require_think].match(stripped)
     if not match:
-        expected = "a single <tool_call> or <response> block"
-        return ParsedMessage(
-            error=f"not a <think> block, then {expected}" if require_think else f"not {expected}"
-        )
+        return not_shaped
     is_call = match.group("calls") is not None
     absent = (RESPONSE_OPEN, RESPONSE_CLOSE) if is_call else (TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
     if any(stripped.count(tag) > (0 if tag in absent else 1) for tag in TAGS):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mrbench.kit import toolcall
 from mrbench.kit.toolcall import (
     CallFormatError,
     call_block,
@@ -187,3 +189,21 @@ def test_written_calls_parse_back(calls: list[dict[str, Any]], compact: bool) ->
 def test_a_written_response_parses_back(answer: str) -> None:
     message = parse_message(response_block(answer))
     assert message.shape == "response" and message.response == answer
+
+
+# Pieces whose shuffles reach every branch of the pattern: tags, whitespace, text, a call line.
+_PIECES = st.sampled_from(["<think>", "</think>", "<tool_call>", "</tool_call>", "<response>", "</response>"])
+_TEXT = st.lists(st.one_of(_PIECES, st.sampled_from([" ", "\n", "x", CALL])), max_size=12).map("".join)
+
+
+@given(_TEXT, st.booleans())
+def test_the_linear_shape_check_agrees_with_the_message_pattern(text: str, require_think: bool) -> None:
+    """``_shaped`` (used on text with repeated tags, where the pattern would backtrack over every
+    closing tag) decides exactly what the anchored pattern decides."""
+    assert toolcall._shaped(text, require_think) == bool(toolcall._MESSAGE[require_think].match(text))
+
+
+@given(_TEXT, st.sampled_from(["think", "tool_call", "response"]))
+def test_first_block_is_the_first_complete_block_a_search_finds(text: str, block: str) -> None:
+    match = re.search(rf"<{block}>(.*?)</{block}>", text, re.DOTALL)
+    assert first_block(text, block) == (match.group(1) if match else None)  # type: ignore[arg-type]

@@ -44,21 +44,6 @@ class ParsedAnswer:
     structure: str
 
 
-def _closed(text: str, block: toolcall.Block) -> bool:
-    """Whether a closing tag follows the first opening tag of ``block`` (else it has no block)."""
-    start = text.find(f"<{block}>")
-    return start != -1 and text.find(f"</{block}>", start) != -1
-
-
-def first_block(text: str, block: toolcall.Block) -> str | None:
-    """:func:`mrbench.kit.toolcall.first_block`, answered at once when no block is closed.
-
-    >>> first_block("<think>a</think>", "think"), first_block("<think>" * 3, "think")
-    ('a', None)
-    """
-    return toolcall.first_block(text, block) if _closed(text, block) else None
-
-
 def extract_calls(text: str) -> list[Call] | None:
     """Calls of the first tool-call block; ``[]`` without a block; ``None`` if the block is unparsable.
 
@@ -67,8 +52,6 @@ def extract_calls(text: str) -> list[Call] | None:
     >>> extract_calls('<tool_call>\\n{"name":"a","parameters":{}}') is None  # never closed
     True
     """
-    if toolcall.TOOL_CALL_OPEN in text and not _closed(text, "tool_call"):
-        return None  # unclosed: what toolcall.extract_calls reports, without its slow search
     try:
         return toolcall.extract_calls(text)
     except toolcall.CallFormatError:
@@ -100,7 +83,7 @@ def parse_answer(completion: Any) -> ParsedAnswer:
     text = completion.strip() if isinstance(completion, str) else ""
     return ParsedAnswer(
         calls=extract_calls(text),
-        response=first_block(text, "response"),
-        think=first_block(text, "think"),
+        response=toolcall.first_block(text, "response"),
+        think=toolcall.first_block(text, "think"),
         structure=_structure(text),
     )
