@@ -1,17 +1,34 @@
 """The ``mrbench`` command line (Typer). Commands live in :mod:`mrbench.cli.commands`.
 
-User errors (any :class:`mrbench.core.errors.UserError`: unknown names, bad values, bad files,
-plugins that cannot be loaded) print ``error: …`` and exit with code 2.
+Exit codes and messages (:func:`main`):
+
+- 0 done; 1 a command's own failure (a cell failed, an item could not be scored) or an unexpected
+  error, printed as one line ``error: unexpected <type>: …``;
+- 2 a usage error (a bad option value, an unknown option or command, a missing option; bare
+  ``mrbench`` prints the help) or any :class:`mrbench.core.errors.UserError` (unknown names, bad
+  values, bad files, plugins that cannot be loaded), printed as ``error: …``, never a traceback;
+- 128 + signal when stopped: 130 Ctrl-C (SIGINT), 143 SIGTERM (``timeout``, SLURM, ``docker
+  stop``, Kubernetes), 129 SIGHUP (:mod:`mrbench.core.interrupts`).
+
+``mrbench --verbose COMMAND`` or ``MRBENCH_VERBOSE=1`` prints the traceback of an unexpected
+error, for a bug report.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
+import traceback
+from typing import Annotated
 
 import typer
 
 from mrbench.core.errors import UserError
+from mrbench.core.interrupts import exit_code, received, stop_signals_interrupt
+
+VERBOSE_ENV = "MRBENCH_VERBOSE"
 
 app = typer.Typer(
     name="mrbench",
@@ -29,37 +46,90 @@ COMMAND_MODULES = (
     "mrbench.cli.commands.sweep",
     "mrbench.cli.commands.report",
     "mrbench.cli.commands.ui",
+    "mrbench.cli.commands.simulate",
 )
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
-def main(cli: typer.Typer = app) -> None:
-    """Entry point of ``cli`` (default: the ``mrbench`` app) with user errors turned into exit code 2
-    and a one-line message."""
+@app.callback()
+def _options(
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", help=f"Print tracebacks of unexpected errors (or set {VERBOSE_ENV}=1)."),
+    ] = False,
+) -> None:
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"  # read by main(), and inherited by worker processes
+
+
+def verbose() -> bool:
+    """True when ``--verbose`` was given or ``$MRBENCH_VERBOSE`` is set to a true value."""
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _click_exception() -> type[Exception]:
+    """The ``ClickException`` class of the click that typer parses with: its bundled copy
+    (``typer._click``, typer ≥ 0.20) or the ``click`` package (older typer), found through typer's
+    public ``BadParameter`` so that either pair works."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def _say(message: str) -> None:
+    """Print ``message`` on stderr; a terminal that went away (SIGHUP) must not turn it into a traceback."""
+    try:
+        typer.echo(message, err=True)
+    except OSError:
+        pass
+
+
+def _run(cli: typer.Typer) -> int | str | None:
+    """Run ``cli`` on ``sys.argv``; every outcome as an exit code (a string exits 1 printing it)."""
+    usage_error = _click_exception()
     try:
         # Non-standalone click *returns* the exit code of typer.Exit instead of raising it.
         code = cli(standalone_mode=False)
+        return code if isinstance(code, int) else 0
+    except SystemExit as exc:
+        return exc.code
     except UserError as exc:  # every user-facing error (mrbench.core.errors)
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        _say(f"error: {exc}")
+        return 2
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except typer.Abort:
-        typer.echo("aborted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
-    except Exception as exc:  # click usage errors raised in non-standalone mode
-        import click
+        _say("aborted")
+        return 130
+    except KeyboardInterrupt as exc:  # typer turns it into exit code 130 itself; older typer may not
+        return exit_code(getattr(exc, "signum", signal.SIGINT))
+    except BrokenPipeError:  # e.g. `mrbench methods | head -1`
+        sys.stdout = open(os.devnull, "w")  # the interpreter's final flush would fail again
+        return 1
+    except Exception as exc:
+        if isinstance(exc, usage_error):  # bad option value, unknown option or command, bare `mrbench`
+            exc.show()  # type: ignore[attr-defined]
+            return int(exc.exit_code)  # type: ignore[attr-defined]
+        if verbose():
+            traceback.print_exc()
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
+        hint = "" if verbose() else f" ({VERBOSE_ENV}=1 or --verbose prints the traceback for a bug report)"
+        _say(f"error: unexpected {type(exc).__name__}: {first}{hint}")
+        return 1
 
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
-    sys.exit(code if isinstance(code, int) else 0)
+
+def main(cli: typer.Typer = app) -> None:
+    """Entry point of ``cli`` (default: the ``mrbench`` app): runs it with stop signals handled
+    like Ctrl-C and exits with the codes of the module docstring."""
+    with stop_signals_interrupt():
+        code = _run(cli)
+    signum = received()
+    if signum is not None:
+        # However the command ended after it (typer returns 130 for any interrupt, a sweep
+        # returns 130 after ending its runs KILLED), the exit code names the signal.
+        _say(f"interrupted by {signal.Signals(signum).name}")
+        code = exit_code(signum)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

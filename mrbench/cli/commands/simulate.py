@@ -1,0 +1,132 @@
+"""``mrbench simulate``: the estimator lab — a multi-reward policy-gradient simulator, many seeds at once."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import typer
+
+
+def _command_line(options: dict[str, object]) -> str:
+    """The canonical command that reproduces this invocation (printed in the summary)."""
+    parts = ["mrbench", "simulate"]
+    for flag, value in options.items():
+        if value is None or value is False:
+            continue
+        parts += [flag] if value is True else [flag, str(value)]
+    return shlex.join(parts)
+
+
+def _method_names(methods: list[str]) -> list[str] | None:
+    names = [name.strip() for item in methods for name in item.split(",") if name.strip()]
+    return names or None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("simulate")
+    def simulate_cmd(
+        scenario: str = typer.Option(
+            None,
+            "--scenario",
+            help="Preset: scale, redundant, collapse, anti, paper-code, paper-tools, paper-security.",
+        ),
+        config: Path = typer.Option(
+            None, "--config", help="Scenario YAML file (`base: <preset>` to start from one)."
+        ),
+        methods: list[str] = typer.Option(
+            [], "--methods", help="Methods, comma-separated or repeated (default: every registered method)."
+        ),
+        seeds: int = typer.Option(50, "--seeds", help="Seeds 0 … N−1, each its own run (batched)."),
+        steps: int = typer.Option(
+            None, "--steps", help="Policy-gradient steps (default: the scenario's, 200)."
+        ),
+        group_size: int = typer.Option(
+            None, "--group-size", help="Rollouts per group G (default: the scenario's, 8)."
+        ),
+        out: Path = typer.Option(None, "--out", help="Report folder (default reports/lab/<scenario>/)."),
+        tracking_uri: str = typer.Option(
+            None, "--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."
+        ),
+        workers: int = typer.Option(
+            1, "--workers", help="Processes to train methods in parallel (one per core)."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
+    ) -> None:
+        """Train a simulated policy with every estimator on a reward scenario; report what each does with
+        reward scale, redundancy, collapse and anti-correlation (IQM and bootstrap CIs over seeds)."""
+        from mrbench.core.errors import UserError
+        from mrbench.lab.config import load_config
+        from mrbench.lab.presets import PRESETS, get_scenario
+        from mrbench.lab.runner import run_lab
+        from mrbench.lab.scenarios import with_settings
+
+        if (scenario is None) == (config is None):
+            raise UserError(f"give exactly one of --scenario NAME ({', '.join(PRESETS)}) or --config FILE")
+        if seeds < 1:
+            raise UserError(f"--seeds must be >= 1, got {seeds}")
+        if workers < 1:
+            raise UserError(f"--workers must be >= 1, got {workers}")
+        base = get_scenario(scenario) if scenario is not None else load_config(config)
+        chosen = with_settings(base, steps=steps, group_size=group_size)
+        names = _method_names(methods)
+        command = _command_line(
+            {
+                "--scenario": scenario,
+                "--config": config,
+                "--methods": ",".join(names) if names else None,
+                "--seeds": seeds,
+                "--steps": steps,
+                "--group-size": group_size,
+                "--out": out,
+                "--workers": workers if workers > 1 else None,
+            }
+        )
+        outcome = run_lab(
+            chosen,
+            methods=names,
+            seeds=seeds,
+            out=out,
+            tracking_uri=tracking_uri,
+            command=command,
+            workers=workers,
+        )
+        logged = outcome.logged
+        if as_json:
+            payload = {
+                "scenario": chosen.name,
+                "seeds": seeds,
+                "steps": chosen.steps,
+                "group_size": chosen.group_size,
+                "summary": str(outcome.summary_path),
+                "tracking_uri": logged.tracking_uri,
+                "experiment": logged.experiment,
+                "parent_run_id": logged.parent_run_id,
+                "methods": {
+                    m: {
+                        "batch_coupled": outcome.result.runs[m].batch_coupled,
+                        "iqm": {k: [ci.point, ci.low, ci.high] for k, ci in s.iqm.items()},
+                        "poi": {k: [ci.point, ci.low, ci.high] for k, ci in s.poi.items()},
+                    }
+                    for m, s in outcome.summaries.items()
+                },
+            }
+            typer.echo(json.dumps(payload))
+            return
+        typer.echo(
+            f"lab {chosen.name}: {seeds} seeds × {chosen.steps} steps, G={chosen.group_size}  ({command})"
+        )
+        typer.echo(
+            f"{'method':<20}{'objective':>10}{'steps→90%':>11}{'sign≠grpo':>11}{'max|A|':>10}{'resolution':>11}"
+        )
+        for method, summ in outcome.summaries.items():
+            iq = summ.iqm
+            typer.echo(
+                f"{method:<20}{iq['objective'].point:>10.3f}{iq['steps_to_90'].point:>11.0f}"
+                f"{iq['sign_disagree'].point:>11.3f}{iq['max_abs_adv'].point:>10.3g}"
+                f"{iq['resolution'].point:>11.3f}"
+            )
+        typer.echo(f"summary: {outcome.summary_path}")
+        typer.echo(f"MLflow: experiment {logged.experiment!r}, parent run {logged.parent_run_id}")
+        typer.echo(f"store: {logged.tracking_uri}")

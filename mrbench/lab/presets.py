@@ -1,0 +1,320 @@
+"""The lab's preset scenarios, each isolating one phenomenon, and the paper's three component sets.
+
+``scale``, ``redundant``, ``collapse`` and ``anti`` are minimal: two to four components, one
+structural feature each. ``paper-code``, ``paper-tools`` and ``paper-security`` use the
+components, reward ranges and weights of the three tasks (``mrbench tasks --json``, REFERENCE
+"The paper's three domains") with correlations measured on real mrbench runs (see
+:mod:`mrbench.lab.smoke_corr`) and starting levels taken from the committed smoke report.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from statistics import NormalDist
+
+from mrbench.core.errors import UnknownNameError
+from mrbench.lab.scenarios import Matrix, Scenario, identity
+
+_STD_NORMAL = NormalDist()
+
+
+def binary_mean(rate: float, noise: float) -> float:
+    """Latent offset that makes a binary component pay out at ``rate`` under the uniform policy.
+
+    A response's level is ``mean + z`` (z ~ N(0, 1)) and a sample adds ``noise · ε``, so a sample
+    is positive with probability Φ(mean / sqrt(1 + noise²)).
+
+    >>> round(binary_mean(0.5, 1.0), 6)
+    0.0
+    """
+    return _STD_NORMAL.inv_cdf(rate) * math.sqrt(1.0 + noise * noise)
+
+
+def _clipped_mean(mu: float, sigma: float, low: float, high: float) -> float:
+    """E[clip(Y, low, high)] for Y ~ N(mu, sigma²)."""
+    a, b = (low - mu) / sigma, (high - mu) / sigma
+    cdf, pdf = _STD_NORMAL.cdf, _STD_NORMAL.pdf
+    return low * cdf(a) + high * (1 - cdf(b)) + mu * (cdf(b) - cdf(a)) + sigma * (pdf(a) - pdf(b))
+
+
+def continuous_mean(level: float, scale: float, low: float, high: float, noise: float) -> float:
+    """Latent offset that makes a clipped continuous component average ``level`` (reward units)
+    under the uniform policy (bisection on the exact clipped-normal mean).
+
+    >>> round(continuous_mean(0.5, 1.0, 0.0, 1.0, 1.0), 6)
+    0.5
+    """
+    sigma = math.sqrt(1.0 + noise * noise)
+    lo, hi = -50.0, 50.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if scale * _clipped_mean(mid, sigma, low / scale, high / scale) < level:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _full(rows: Sequence[Sequence[float]]) -> Matrix:
+    """A symmetric matrix from its lower triangle rows (diagonal included)."""
+    k = len(rows)
+    return tuple(tuple(float(rows[max(i, j)][min(i, j)]) for j in range(k)) for i in range(k))
+
+
+# ------------------------------------------------------------------------------------ phenomena
+
+
+def scale() -> Scenario:
+    """A 10× component drowns a 1× one under GRPO.
+
+    Two independent continuous components of equal weight, ``big`` in units of 10 and ``small``
+    in units of 1. GRPO's total is ~10·big, so its group std and its ordering are big's: small's
+    signal is mostly noise in the advantage and small ends near where big's optimum leaves it.
+    GDPO z-scores each component first, so both count; Dr. GRPO and CorrGRPO keep the reward
+    units (their steps are also 10× larger).
+    """
+    return Scenario(
+        name="scale",
+        description="A 10× component drowns a 1× one under GRPO; per-component z-scores (GDPO) keep both.",
+        components=("big", "small"),
+        scales=(10.0, 1.0),
+        weights=(1.0, 1.0),
+        kinds=("continuous", "continuous"),
+        noise=(1.0, 1.0),
+        means=(0.0, 0.0),
+        lows=(-math.inf, -math.inf),
+        highs=(math.inf, math.inf),
+        corr=identity(2),
+    )
+
+
+def redundant() -> Scenario:
+    """Three near-copies of one signal and one independent signal.
+
+    ``copy1..copy3`` share a latent level (correlation 0.95, noise included), ``other`` is
+    independent; all four have unit scale and weight. Every estimator's numerator is a weighted
+    sum, so the copied signal counts three times against ``other``'s once; CorrGRPO divides by
+    sqrt(Σρ) ≈ sqrt(9 + 1) instead of GRPO's std, changing the step size, not the direction.
+    """
+    copies = 0.95
+    corr = _full([[1], [copies, 1], [copies, copies, 1], [0, 0, 0, 1]])
+    return Scenario(
+        name="redundant",
+        description="Three near-copies of one signal outvote one independent signal under every estimator.",
+        components=("copy1", "copy2", "copy3", "other"),
+        scales=(1.0,) * 4,
+        weights=(1.0,) * 4,
+        kinds=("continuous",) * 4,
+        noise=(1.0,) * 4,
+        means=(0.0,) * 4,
+        lows=(-math.inf,) * 4,
+        highs=(math.inf,) * 4,
+        corr=corr,
+    )
+
+
+def collapse() -> Scenario:
+    """Binary components whose distinct combinations GRPO maps to one advantage.
+
+    ``easy``, ``mid`` and ``hard`` pay 1 or 0 at base rates 0.8, 0.5 and 0.15 (independent). In
+    a group, rollouts with rewards (1, 0, 0) and (0, 0, 1) have the same total, so GRPO gives
+    them the same advantage although the ``hard`` success is rare; GDPO z-scores each component
+    in the group, so the rare success counts more and the two get different advantages. The
+    advantage resolution (distinct advantages per distinct reward vector) measures it.
+    """
+    noise = 1.0
+    rates = (0.8, 0.5, 0.15)
+    return Scenario(
+        name="collapse",
+        description="Binary components: GRPO gives distinct combinations with equal totals one advantage.",
+        components=("easy", "mid", "hard"),
+        scales=(1.0,) * 3,
+        weights=(1.0,) * 3,
+        kinds=("binary",) * 3,
+        noise=(noise,) * 3,
+        means=tuple(binary_mean(r, noise) for r in rates),
+        lows=(-math.inf,) * 3,
+        highs=(math.inf,) * 3,
+        corr=identity(3),
+    )
+
+
+def anti() -> Scenario:
+    """Anti-correlated components: CorrGRPO's denominator vanishes.
+
+    ``a`` and ``b`` are one axis seen from both ends (b = −a in every sample: correlation −1 of
+    levels and noise), weighted 2 : 1 so the total is ``a``. Σ_kl ρ_kl = 1 + 1 − 2 = 0 in every
+    group, so faithful CorrGRPO divides by sqrt(ε) = 1e-3: advantages 1000× GRPO's scale, one
+    update makes the policy nearly deterministic on whichever response won its first noisy
+    group. ``corrgrpo-guarded`` floors Σρ at 1 and behaves like Dr. GRPO.
+    """
+    return Scenario(
+        name="anti",
+        description=(
+            "Exactly anti-correlated components: CorrGRPO's Σρ → 0 and its advantages blow up; "
+            "the guard bounds them."
+        ),
+        components=("a", "b"),
+        scales=(1.0, 1.0),
+        weights=(2.0, 1.0),
+        kinds=("continuous", "continuous"),
+        noise=(1.0, 1.0),
+        means=(0.0, 0.0),
+        lows=(-math.inf, -math.inf),
+        highs=(math.inf, math.inf),
+        corr=_full([[1], [-1, 1]]),
+    )
+
+
+# ---------------------------------------------------------------------------------------- paper
+
+# Within-group reward correlations of the smoke runs (grpo, gdpo, corrgrpo on the tiny model),
+# mean of the three methods' panels, printed by `python -m mrbench.lab.smoke_corr reports/smoke`.
+CODE_CORR_6 = (
+    (1.00, 0.40, 0.40, 0.55, 0.47, 0.38),
+    (0.40, 1.00, 0.99, 0.82, 0.82, 0.99),
+    (0.40, 0.99, 1.00, 0.82, 0.82, 0.99),
+    (0.55, 0.82, 0.82, 1.00, 0.95, 0.83),
+    (0.47, 0.82, 0.82, 0.95, 1.00, 0.86),
+    (0.38, 0.99, 0.99, 0.83, 0.86, 1.00),
+)
+TOOLS_CORR = (
+    (1.00, 0.92, 0.88, 0.46),
+    (0.92, 1.00, 0.95, 0.49),
+    (0.88, 0.95, 1.00, 0.52),
+    (0.46, 0.49, 0.52, 1.00),
+)
+SECURITY_CORR = ((1.00, 0.63), (0.63, 1.00))
+EFFICIENCY_LOADING = 0.5
+"""Efficiency's latent level is 0.5·accuracy's plus independent variation (see paper_code)."""
+
+
+def paper_code() -> Scenario:
+    """The code-generation task's seven components (each in [0, 1], weights 1).
+
+    Correlations: the smoke runs' within-group correlations (``CODE_CORR_6``, printed by
+    ``python -m mrbench.lab.smoke_corr reports/smoke``; the store is not in the repository, so
+    they are read back from the committed heatmaps ``reports/smoke/corr-code-generation.png``).
+    syntax, compile and ast_similarity are near-copies (0.99: Python compiles what it parses,
+    and the AST exists exactly then); runtime and accuracy are a second pair (0.95). Efficiency
+    never varied in those runs (0 throughout, blank in the heatmap); by its definition (it counts
+    only when the tests pass) its latent level here is 0.5·accuracy's plus independent variation,
+    so its correlation with each component is half accuracy's. Levels under the uniform policy:
+    the grpo run's first-10 %-of-training values in ``reports/smoke/report.md`` (format 0.48,
+    syntax/compile 0.96, runtime 0.78, accuracy 0.75, ast_similarity 0.96) and efficiency 0.05.
+    """
+    names = ("format", "syntax", "compile", "runtime", "accuracy", "ast_similarity", "efficiency")
+    kinds = ("binary",) * 5 + ("continuous",) * 2
+    noise = 1.0
+    levels = (0.48, 0.96, 0.96, 0.78, 0.75, 0.96, 0.05)
+    means = tuple(
+        binary_mean(lv, noise) if kind == "binary" else continuous_mean(lv, 1.0, 0.0, 1.0, noise)
+        for lv, kind in zip(levels, kinds, strict=True)
+    )
+    acc = names.index("accuracy")
+    eff_row = [EFFICIENCY_LOADING * CODE_CORR_6[acc][j] for j in range(6)]
+    corr = (*((*row, eff_row[i]) for i, row in enumerate(CODE_CORR_6)), (*eff_row, 1.0))
+    return Scenario(
+        name="paper-code",
+        description=(
+            "Code generation: seven [0, 1] components, syntax/compile/AST near-copies, "
+            "correlations from the smoke runs."
+        ),
+        components=names,
+        scales=(1.0,) * 7,
+        weights=(1.0,) * 7,
+        kinds=kinds,
+        noise=(noise,) * 7,
+        means=means,
+        lows=(0.0,) * 7,
+        highs=(1.0,) * 7,
+        corr=corr,
+    )
+
+
+def paper_tools() -> Scenario:
+    """The tool-calling task's four components: format {0, 1}, function_name [−0.5, 0.5],
+    parameter [−1, 1], values [−1.5, 1.5] (weights 1; total in [−3, 4]).
+
+    Correlations: the smoke runs' within-group correlations (``TOOLS_CORR``, printed by
+    ``python -m mrbench.lab.smoke_corr reports/smoke`` from ``reports/smoke/corr-tool-calling.png``;
+    the store is not in the repository): format, function_name and parameter move together
+    (0.88–0.95), values half as much (0.46–0.52). Levels under the uniform policy: the tiny
+    model's evaluation levels in ``reports/smoke/report.md`` (mean of the three methods: format
+    0.96, function_name 0.29, parameter 0.58, values −0.52).
+    """
+    names = ("format", "function_name", "parameter", "values")
+    kinds = ("binary", "continuous", "continuous", "continuous")
+    half_ranges = (1.0, 0.5, 1.0, 1.5)
+    levels = (0.96, 0.29, 0.58, -0.52)
+    noise = 1.0
+    means = (
+        binary_mean(levels[0], noise),
+        *(continuous_mean(lv, h, -h, h, noise) for lv, h in zip(levels[1:], half_ranges[1:], strict=True)),
+    )
+    return Scenario(
+        name="paper-tools",
+        description=(
+            "Tool calling: format {0, 1} and three correctness components of ranges ±0.5, ±1, ±1.5, "
+            "correlations from the smoke runs."
+        ),
+        components=names,
+        scales=half_ranges,
+        weights=(1.0,) * 4,
+        kinds=kinds,
+        noise=(noise,) * 4,
+        means=means,
+        lows=(0.0, -0.5, -1.0, -1.5),
+        highs=(1.0, 0.5, 1.0, 1.5),
+        corr=TOOLS_CORR,
+    )
+
+
+def paper_security() -> Scenario:
+    """The agent-security task's two binary components, utility and safety (weights 1).
+
+    Correlation 0.63: the smoke runs' within-group correlation (``SECURITY_CORR``, printed by
+    ``python -m mrbench.lab.smoke_corr reports/smoke`` from ``reports/smoke/corr-agent-security.png``;
+    the store is not in the repository). Levels under the uniform policy: the tiny model's
+    evaluation in ``reports/smoke/report.md`` (utility 0.155, safety = 1 − ASR ≈ 0.98): safety is
+    rarely violated, so its rare failures are what GDPO's per-component z-score amplifies.
+    """
+    noise = 1.0
+    levels = (0.155, 0.98)
+    return Scenario(
+        name="paper-security",
+        description=(
+            "Agent security: binary utility and safety, safety rarely violated, "
+            "correlation from the smoke runs."
+        ),
+        components=("utility", "safety"),
+        scales=(1.0, 1.0),
+        weights=(1.0, 1.0),
+        kinds=("binary", "binary"),
+        noise=(noise, noise),
+        means=tuple(binary_mean(lv, noise) for lv in levels),
+        lows=(-math.inf, -math.inf),
+        highs=(math.inf, math.inf),
+        corr=SECURITY_CORR,
+    )
+
+
+PRESETS: dict[str, Callable[[], Scenario]] = {
+    "scale": scale,
+    "redundant": redundant,
+    "collapse": collapse,
+    "anti": anti,
+    "paper-code": paper_code,
+    "paper-tools": paper_tools,
+    "paper-security": paper_security,
+}
+"""Preset name → factory (scenarios are built on use: no work at import time)."""
+
+
+def get_scenario(name: str) -> Scenario:
+    """The preset called ``name``; :class:`UnknownNameError` with suggestions otherwise."""
+    factory = PRESETS.get(name)
+    if factory is None:
+        raise UnknownNameError("scenario", name, list(PRESETS))
+    return factory()
