@@ -15,6 +15,11 @@ The run names ``final/`` in its ``checkpoint_dir`` param and logs its size as
 parameter in bf16 and 4 in fp32 (a 7B model's ``final/`` is ~15 GB in bf16), and ``every:N`` keeps
 one more per N steps; size the disk, or save ``none``. A run key has one folder: running the cell
 again replaces its checkpoint.
+
+A moved results folder: ``record.json`` also names the results folder it was written in, and reading
+it in another one (the folder was moved) re-roots its paths under that folder — the store it names
+when that was the folder's own ``mlflow.db``, the ``checkpoint_dir`` of its result and of its pending
+params — so the rerun finishes the run in the moved store (see :mod:`mrbench.engine.tracking`).
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.engine.tracking import results_dir
+from mrbench.engine.tracking import STORE_DB, results_dir
 
 SAVE_MODES = "none | final | every:N"
 RECORD_VERSION = 1
+_RESULTS_KEY = "results_dir"  # in record.json: the results folder it was written in
 _STEP_PREFIX = "checkpoint-"  # transformers' name for a step checkpoint folder
 
 
@@ -84,6 +91,11 @@ class CellFolder:
     def record_path(self) -> Path:
         return self.pending / "record.json"
 
+    @property
+    def results(self) -> Path:
+        """The results folder this cell folder is in (``<results>/checkpoints/<run_key>``)."""
+        return self.root.parent.parent
+
     def read_record(self) -> dict[str, Any] | None:
         """The pending record an earlier attempt left, or None."""
         if not self.record_path.exists():
@@ -99,13 +111,17 @@ class CellFolder:
                 f"{self.record_path} has record version {record.get('version')!r}, this mrbench writes "
                 f"{RECORD_VERSION}; log it with the mrbench that wrote it, or delete {self.pending}"
             )
+        written_in = record.pop(_RESULTS_KEY, None)
+        if written_in is not None and Path(written_in) != self.results:
+            _reroot_record(record, Path(written_in), self.results)
         return record
 
     def write_record(self, record: dict[str, Any]) -> Path:
         """Write ``record`` (plus its version) to :attr:`record_path`, atomically; return that path."""
         self.pending.mkdir(parents=True, exist_ok=True)
         partial = self.record_path.with_suffix(".partial")
-        partial.write_text(json.dumps({**record, "version": RECORD_VERSION}, indent=1), encoding="utf-8")
+        kept = {**record, _RESULTS_KEY: str(self.results), "version": RECORD_VERSION}
+        partial.write_text(json.dumps(kept, indent=1), encoding="utf-8")
         partial.replace(self.record_path)
         return self.record_path
 
@@ -120,6 +136,23 @@ class CellFolder:
         if self.root.is_dir():
             for path in self.root.glob(_STEP_PREFIX + "*"):
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def _reroot_record(record: dict[str, Any], old: Path, new: Path) -> None:
+    """Re-root, in place, the paths of a record written in results folder ``old`` under ``new``."""
+
+    def moved(path: str) -> str:
+        return str(new / Path(path).relative_to(old)) if Path(path).is_relative_to(old) else path
+
+    if record.get("tracking_uri") == f"sqlite:///{old / STORE_DB}":
+        record["tracking_uri"] = f"sqlite:///{new / STORE_DB}"
+    result = record.get("result") or {}
+    if result.get("checkpoint_dir"):
+        result["checkpoint_dir"] = moved(result["checkpoint_dir"])
+    for entry in record.get("pending", []):
+        params = entry.get("params") or {}
+        if layout.PARAM_CHECKPOINT_DIR in params:
+            params[layout.PARAM_CHECKPOINT_DIR] = moved(params[layout.PARAM_CHECKPOINT_DIR])
 
 
 def save_policy(trainer: Any, folder: Path) -> Path:

@@ -11,6 +11,26 @@ answer) with exponential backoff for a bounded time, :func:`tracking_retry_s` (d
 :class:`TrackingUnavailable`. :class:`RunLog` is what a cell logs through: past the bound it
 keeps everything locally instead of failing, so training goes on, and :meth:`RunLog.flush` sends
 it later. :func:`check_tracking_reachable`'s short, no-retry settings apply to the check alone.
+
+Moving the results folder. MLflow records absolute locations: an experiment's ``artifact_location``
+(``file://<results>/artifacts``) and, from it, each run's ``artifact_uri``
+(``<artifact_location>/<run_id>/artifacts``). So that a results folder moved or copied elsewhere keeps
+its artifacts, those locations are taken as relative to the folder the store is in:
+
+- writing: before mrbench writes to its own store (``sqlite:///<results>/mlflow.db``, ``<results>``
+  per ``$MRBENCH_RESULTS``) — :func:`check_tracking_reachable` and :func:`ensure_experiment` —
+  :func:`reroot_moved_store` rewrites, with SQL in one transaction (MLflow has no API for it), the
+  locations that still name another results folder's ``artifacts/``, and the ``checkpoint_dir``
+  params under it, to this folder; once, with a warning "results folder moved from X: re-rooted N
+  experiment(s)". New runs, and artifacts logged later to old runs, then go to the new folder. An
+  experiment is re-rooted when its old folder is gone, or when this folder holds its runs'
+  artifacts (a copy); never when the old path is this same folder seen through another path.
+- reading: the report re-roots on read (:mod:`mrbench.reporting.store`) and writes no store, so it
+  also works on a moved store nothing has re-rooted yet (one that cannot be written, say);
+- a record of what an outage kept (:mod:`mrbench.engine.checkpoints`) is re-rooted when read.
+
+A results folder is used from one path at a time: the same folder used at once from two paths
+(a container and its host, say) would be re-rooted back and forth.
 """
 
 from __future__ import annotations
@@ -18,13 +38,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
+from mrbench.core import layout
 from mrbench.core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -37,6 +60,11 @@ passes its own)."""
 # Waits 1, 2, 4, 5, 5, ... s: a store that is back is used within 5 s; one request per 5 s costs it nothing.
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S = 1.0, 5.0
 _MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+STORE_DB = "mlflow.db"
+"""The default store's file, ``<results>/mlflow.db``."""
+ARTIFACTS_DIR = "artifacts"
+"""The default store's artifact root, ``<results>/artifacts``; MLflow keeps a run's artifacts under
+``<root>/<run_id>/artifacts`` (:func:`run_artifacts_folder`)."""
 
 
 class TrackingUnavailable(UserError):
@@ -76,7 +104,115 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
         return env
-    return f"sqlite:///{results_dir() / 'mlflow.db'}"
+    return f"sqlite:///{results_dir() / STORE_DB}"
+
+
+def run_artifacts_folder(results: Path, run_id: str) -> Path:
+    """Where run ``run_id`` of an experiment rooted at ``<results>/artifacts`` keeps its artifacts."""
+    return results / ARTIFACTS_DIR / run_id / "artifacts"
+
+
+def _own_results_folder(uri: str) -> Path | None:
+    """The results folder when ``uri`` is mrbench's own store ``sqlite:///<results>/mlflow.db``, else
+    None. ``<results>`` as :func:`results_dir` names it, not created here."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    results = Path(os.environ.get("MRBENCH_RESULTS", "results")).resolve()
+    return results if Path(uri.removeprefix("sqlite:///")).resolve() == results / STORE_DB else None
+
+
+def _local_path(location: str) -> Path | None:
+    """The folder of a ``file:`` URI or a plain path; None for any other scheme."""
+    if location.startswith("file:"):
+        return Path(unquote(urlparse(location).path))
+    return None if "://" in location else Path(location)
+
+
+def _moved_from(db: sqlite3.Connection, experiment_id: int, location: str, results: Path) -> Path | None:
+    """The other results folder experiment ``experiment_id``'s ``location`` names, if its artifacts
+    belong in ``results`` now (see the module docstring); else None."""
+    old = _local_path(location)
+    if old is None or old.name != ARTIFACTS_DIR or old.parent == results:
+        return None
+    old_db = old.parent / STORE_DB
+    if old_db.exists() and os.path.samefile(old_db, results / STORE_DB):
+        return None  # this very folder, through another path
+    if not old.is_dir():
+        return old.parent  # moved (or renamed) away
+    run_ids = db.execute("SELECT run_uuid FROM runs WHERE experiment_id = ?", (experiment_id,))
+    return old.parent if any((results / ARTIFACTS_DIR / r).is_dir() for (r,) in run_ids) else None
+
+
+def _swap_prefix(
+    db: sqlite3.Connection, table: str, column: str, old: str, new: str, experiment_id: int, param: str = ""
+) -> int:
+    """In the rows of experiment ``experiment_id`` (of its runs' params named ``param`` for ``params``),
+    replace the prefix ``old`` of ``table.column`` by ``new``; return how many rows changed."""
+    where = "experiment_id = ?"
+    if param:
+        where = f"key = '{param}' AND run_uuid IN (SELECT run_uuid FROM runs WHERE {where})"
+    sql = (
+        f"UPDATE {table} SET {column} = ? || substr({column}, ?) WHERE substr({column}, 1, ?) = ? AND {where}"
+    )
+    return db.execute(sql, (new, len(old) + 1, len(old), old, experiment_id)).rowcount
+
+
+def reroot_moved_store(results: Path) -> int:
+    """Point the experiments of ``<results>/mlflow.db`` whose artifacts moved here with the folder at
+    ``<results>/artifacts``; return how many were re-rooted (0 when none was, or the store cannot be
+    written: the warning says so, and the report still reads the moved artifacts).
+
+    One transaction rewrites ``experiments.artifact_location``, the ``runs.artifact_uri`` under it and
+    the runs' ``checkpoint_dir`` params under the old folder. Cheap when there is nothing to do (one
+    query); done again by a later call only if the folder moves again.
+    """
+    results = results.resolve()
+    if not (results / STORE_DB).is_file():
+        return 0
+    new_root = (results / ARTIFACTS_DIR).as_uri()
+    db = sqlite3.connect(results / STORE_DB, timeout=60)  # a sweep writing meanwhile: wait for it
+    try:
+        exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'experiments'"
+        if db.execute(exists).fetchone() is None:
+            return 0  # MLflow has not created its tables yet
+        experiments = db.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall()
+        moves = [(e, loc, old) for e, loc in experiments if (old := _moved_from(db, e, loc, results))]
+        n_experiments = n_runs = 0
+        with db:  # all or nothing
+            for exp, location, old in moves:
+                n_experiments += _swap_prefix(db, "experiments", "artifact_location", location, new_root, exp)
+                n_runs += _swap_prefix(db, "runs", "artifact_uri", f"{location}/", f"{new_root}/", exp)
+                _swap_prefix(
+                    db, "params", "value", f"{old}/", f"{results}/", exp, layout.PARAM_CHECKPOINT_DIR
+                )
+    except sqlite3.Error as exc:
+        log.warning(
+            "results folder %s: its store names artifacts in another folder and cannot be re-rooted (%s); "
+            "new runs would write there: make %s writable",
+            results,
+            exc,
+            results / STORE_DB,
+        )
+        return 0
+    finally:
+        db.close()
+    if n_experiments:  # 0 when another process re-rooted it first
+        olds = ", ".join(sorted({str(old) for _, _, old in moves}))
+        log.warning(
+            "results folder moved from %s: re-rooted %d experiment(s) (%d runs) to %s",
+            olds,
+            n_experiments,
+            n_runs,
+            results,
+        )
+    return n_experiments
+
+
+def _reroot_own_store(uri: str) -> None:
+    """:func:`reroot_moved_store` when ``uri`` is mrbench's own store (other stores are left alone)."""
+    results = _own_results_folder(uri)
+    if results is not None:
+        reroot_moved_store(results)
 
 
 def _is_local_store(uri: str) -> bool:
@@ -153,6 +289,7 @@ def check_tracking_reachable(uri: str) -> None:
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as exc:  # MLflow raises many types for an unreachable store
         raise UserError(f"cannot reach the MLflow tracking store {uri!r}: {_first_line(exc)}") from None
+    _reroot_own_store(uri)  # what runs next writes: after a move, to the folder the store is in now
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -261,6 +398,7 @@ def ensure_experiment(name: str, tracking_uri: str, *, client: Any = None) -> st
     from mlflow.tracking import MlflowClient
 
     client = client if client is not None else MlflowClient(tracking_uri=tracking_uri)
+    _reroot_own_store(tracking_uri)  # before a new run takes its location from the experiment's
     existing = client.get_experiment_by_name(name)
     if existing is not None:
         if existing.lifecycle_stage == "deleted":
@@ -268,7 +406,7 @@ def ensure_experiment(name: str, tracking_uri: str, *, client: Any = None) -> st
         return existing.experiment_id
     location = None
     if _is_local_store(tracking_uri):
-        location = (results_dir() / "artifacts").as_uri()
+        location = (results_dir() / ARTIFACTS_DIR).as_uri()
     try:
         return client.create_experiment(name, artifact_location=location)
     except TrackingUnavailable:

@@ -10,6 +10,11 @@ Two readers with the same results:
 
 :func:`open_reader` picks the SQL reader for sqlite stores (falling back to the client if the
 schema is not what it expects) and the client reader otherwise. Both read MLflow only.
+
+A moved results folder: for a sqlite store in folder ``S``, a run whose recorded artifact folder is
+elsewhere is read from ``S/artifacts/<run_id>/artifacts`` when that exists (the folder was moved or
+copied with its store), so reports work before anything re-rooted the store, and without writing it
+(see :mod:`mrbench.engine.tracking`, "Moving the results folder").
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import numpy as np
+
+from mrbench.engine.tracking import run_artifacts_folder
 
 History = tuple[np.ndarray, np.ndarray]
 """``(steps [S] int, values [S] float)`` of one metric, ordered by step (last write per step wins)."""
@@ -67,6 +74,22 @@ def local_artifact_path(artifact_uri: str) -> Path | None:
 
 class _Reader:
     tracking_uri: str
+
+    @property
+    def store_folder(self) -> Path | None:
+        """The folder of a sqlite store (its artifacts under ``artifacts/``); None for other stores."""
+        if not self.tracking_uri.startswith("sqlite:///"):
+            return None
+        return Path(self.tracking_uri.removeprefix("sqlite:///")).resolve().parent
+
+    def _artifact_uri(self, run_id: str, recorded: str) -> str:
+        """``recorded``, or the run's artifact folder in this store's own folder when the recorded
+        one is elsewhere and the own one exists (a moved or copied results folder)."""
+        folder, local = self.store_folder, local_artifact_path(recorded)
+        if folder is None or local is None:
+            return recorded
+        own = run_artifacts_folder(folder, run_id)
+        return own.as_uri() if local != own and own.is_dir() else recorded
 
     def read_json_artifact(self, run: RunRecord, path: str) -> Any | None:
         """A run's JSON artifact, or None if it does not exist or cannot be parsed."""
@@ -124,7 +147,7 @@ class SqliteReader(_Reader):
         )
         exp = (int(experiment_id),)
         records = {
-            run_id: RunRecord(run_id, status, start or 0, end, uri or "")
+            run_id: RunRecord(run_id, status, start or 0, end, self._artifact_uri(run_id, uri or ""))
             for run_id, status, start, end, uri in self._db.execute(
                 "SELECT run_uuid, status, start_time, end_time, artifact_uri FROM runs "
                 "WHERE experiment_id = ? AND lifecycle_stage = 'active'",
@@ -191,7 +214,7 @@ class ClientReader(_Reader):
                         run.info.status,
                         run.info.start_time or 0,
                         run.info.end_time,
-                        run.info.artifact_uri or "",
+                        self._artifact_uri(run.info.run_id, run.info.artifact_uri or ""),
                         dict(run.data.tags),
                         dict(run.data.params),
                         {k: float(v) for k, v in run.data.metrics.items()},
