@@ -13,10 +13,11 @@ tensors), :mod:`~mrbench.lab.policy` (softmax policies and their gradient),
 :mod:`~mrbench.lab.simulate` (the training loop), :mod:`~mrbench.lab.metrics` (diagnostics and
 statistics), :mod:`~mrbench.lab.summary` / :mod:`~mrbench.lab.figures` (the report),
 :mod:`~mrbench.lab.tracking` (MLflow), :mod:`~mrbench.lab.runner` (one invocation end to end),
-:mod:`~mrbench.lab.smoke_corr` (correlations of real runs read back from a report's figures).
+:mod:`~mrbench.lab.smoke_corr` (the correlations of a real sweep's runs, for the paper presets).
 
-The lab stands on the core, the methods, :mod:`mrbench.reporting.stats` and
-:mod:`mrbench.engine.tracking`; only the CLI imports it. Names below are imported on first use.
+The lab stands on the core, the methods, :mod:`mrbench.reporting` (statistics; the store and the
+report's run selection in ``smoke_corr``) and :mod:`mrbench.engine.tracking`; only the CLI imports
+it. Names below are imported on first use.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 ``scale``, ``redundant``, ``collapse`` and ``anti`` are minimal: two to four components, one
 structural feature each. ``paper-code``, ``paper-tools`` and ``paper-security`` use the
 components, reward ranges and weights of the three tasks (``mrbench tasks --json``, REFERENCE
-"The paper's three domains") with correlations measured on real mrbench runs (see
-:mod:`mrbench.lab.smoke_corr`) and starting levels taken from the committed smoke report.
+"The paper's three domains") with correlations measured on real mrbench runs (the smoke sweep's
+``diagnostics.json``, printed by ``python -m mrbench.lab.smoke_corr``: see :mod:`mrbench.lab.smoke_corr`)
+and starting levels taken from the committed smoke report.
 """
 
 from __future__ import annotations
@@ -169,8 +170,13 @@ def anti() -> Scenario:
 
 # ---------------------------------------------------------------------------------------- paper
 
-# Within-group reward correlations of the smoke runs (grpo, gdpo, corrgrpo on the tiny model),
-# mean of the three methods' panels, printed by `python -m mrbench.lab.smoke_corr reports/smoke`.
+# Within-group reward correlations of the smoke runs (grpo, gdpo, corrgrpo on the tiny model): each
+# run's diagnostics.json corr_matrix (mean over training), per method the mean over its runs, then the
+# mean over the three methods. Printed in this form, from the store the smoke sweep wrote, by
+# `python -m mrbench.lab.smoke_corr [--sweep smoke] [--tracking-uri URI]`; rerun it after the smoke sweep
+# is regenerated and paste what it prints. The values below come from the same runs, read back from the
+# report's heatmaps `reports/smoke/corr-<task>.png` (colour map inverted, ±0.01) while their store was not
+# at hand.
 CODE_CORR_6 = (
     (1.00, 0.40, 0.40, 0.55, 0.47, 0.38),
     (0.40, 1.00, 0.99, 0.82, 0.82, 0.99),
@@ -193,14 +199,15 @@ EFFICIENCY_LOADING = 0.5
 def paper_code() -> Scenario:
     """The code-generation task's seven components (each in [0, 1], weights 1).
 
-    Correlations: the smoke runs' within-group correlations (``CODE_CORR_6``, printed by
-    ``python -m mrbench.lab.smoke_corr reports/smoke``; the store is not in the repository, so
-    they are read back from the committed heatmaps ``reports/smoke/corr-code-generation.png``).
+    Correlations: the smoke runs' within-group correlations (``CODE_CORR_6``, printed from their
+    ``diagnostics.json`` by ``python -m mrbench.lab.smoke_corr``; the same numbers as the report's
+    heatmaps ``reports/smoke/corr-code-generation.png``, averaged over the three methods).
     syntax, compile and ast_similarity are near-copies (0.99: Python compiles what it parses,
     and the AST exists exactly then); runtime and accuracy are a second pair (0.95). Efficiency
-    never varied in those runs (0 throughout, blank in the heatmap); by its definition (it counts
-    only when the tests pass) its latent level here is 0.5·accuracy's plus independent variation,
-    so its correlation with each component is half accuracy's. Levels under the uniform policy:
+    never varied in those runs (0 throughout: never defined, blank in the heatmap, left out of
+    ``CODE_CORR_6`` by the command); by its definition (it counts only when the tests pass) its
+    latent level here is 0.5·accuracy's plus independent variation, so its correlation with each
+    component is half accuracy's. Levels under the uniform policy:
     the grpo run's first-10 %-of-training values in ``reports/smoke/report.md`` (format 0.48,
     syntax/compile 0.96, runtime 0.78, accuracy 0.75, ast_similarity 0.96) and efficiency 0.05.
     """
@@ -237,9 +244,9 @@ def paper_tools() -> Scenario:
     """The tool-calling task's four components: format {0, 1}, function_name [−0.5, 0.5],
     parameter [−1, 1], values [−1.5, 1.5] (weights 1; total in [−3, 4]).
 
-    Correlations: the smoke runs' within-group correlations (``TOOLS_CORR``, printed by
-    ``python -m mrbench.lab.smoke_corr reports/smoke`` from ``reports/smoke/corr-tool-calling.png``;
-    the store is not in the repository): format, function_name and parameter move together
+    Correlations: the smoke runs' within-group correlations (``TOOLS_CORR``, printed from their
+    ``diagnostics.json`` by ``python -m mrbench.lab.smoke_corr``; drawn in the report as
+    ``reports/smoke/corr-tool-calling.png``): format, function_name and parameter move together
     (0.88–0.95), values half as much (0.46–0.52). Levels under the uniform policy: the tiny
     model's evaluation levels in ``reports/smoke/report.md`` (mean of the three methods: format
     0.96, function_name 0.29, parameter 0.58, values −0.52).
@@ -274,9 +281,9 @@ def paper_tools() -> Scenario:
 def paper_security() -> Scenario:
     """The agent-security task's two binary components, utility and safety (weights 1).
 
-    Correlation 0.63: the smoke runs' within-group correlation (``SECURITY_CORR``, printed by
-    ``python -m mrbench.lab.smoke_corr reports/smoke`` from ``reports/smoke/corr-agent-security.png``;
-    the store is not in the repository). Levels under the uniform policy: the tiny model's
+    Correlation 0.63: the smoke runs' within-group correlation (``SECURITY_CORR``, printed from their
+    ``diagnostics.json`` by ``python -m mrbench.lab.smoke_corr``; drawn in the report as
+    ``reports/smoke/corr-agent-security.png``). Levels under the uniform policy: the tiny model's
     evaluation in ``reports/smoke/report.md`` (utility 0.155, safety = 1 − ASR ≈ 0.98): safety is
     rarely violated, so its rare failures are what GDPO's per-component z-score amplifies.
     """

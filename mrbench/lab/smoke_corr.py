@@ -1,101 +1,202 @@
-"""Read the reward correlations of real runs back from a report's correlation heatmaps.
+"""The within-group reward correlations of a sweep's runs, printed as the ``paper-*`` presets write them.
 
-The ``paper-*`` scenarios take their correlations from real mrbench runs: the committed report
-``reports/smoke/`` shows each task's within-group Pearson correlation of the reward components
-(from the runs' ``diagnostics.json`` ``corr_matrix``, mean over training) as ``corr-<task>.png``,
-one panel per method, drawn with ``imshow(vmin=-1, vmax=1, cmap="RdBu_r")``
-(:func:`mrbench.reporting.plots.correlation_heatmaps`). The MLflow store those runs wrote is not
-part of the repository, so this module recovers the numbers from the figures: it finds each
-panel's cells and inverts the colour map at a point of every cell away from its printed label.
-The colour map has 256 levels over [−1, 1], so a value is recovered to about ±0.01 (the labels
-print one decimal). Cells never defined (a component constant in every group) are blank → NaN.
+The ``paper-*`` scenarios of :mod:`mrbench.lab.presets` take their correlations from real mrbench
+runs: every cell logs ``diagnostics.json`` (:data:`mrbench.core.layout.DIAGNOSTICS_ARTIFACT`) whose
+``corr_matrix`` ``[K, K]`` is the within-group Pearson correlation of the reward components, mean
+over training (None where never defined). This module reads them from the MLflow store the way the
+report does (:func:`mrbench.reporting.context.load_context`: the latest FINISHED run per run key,
+so failed attempts and duplicates are handled as the report handles them) and averages them per
+task in two stages:
 
-Reproduce the numbers in :mod:`mrbench.lab.presets`::
+1. per method, the mean over its runs (all models and seeds) — the panel the report's heatmap
+   ``corr-<task>.png`` draws (:func:`mrbench.reporting.figures.diagnostic_means`; like the report,
+   it skips a run whose ``components`` are not in the task's order);
+2. the mean over methods, so every method counts equally whatever its number of runs.
 
-    python -m mrbench.lab.smoke_corr reports/smoke
+Undefined cells: a pair involving a component that was constant in every group of a run is None in
+that run's matrix. Both means leave such a cell out (NaN-aware means): a method's mean is over its
+runs where the cell was defined, the task's over the methods where it was, and a cell stays NaN only
+when it was never defined in any selected run.
+The presets' matrices leave out the components they model themselves (code-generation's
+``efficiency``, constant in every group of the smoke runs: see :func:`mrbench.lab.presets.paper_code`);
+a NaN left inside a printed matrix is written ``math.nan`` and flagged, since a scenario needs a
+number there.
+
+Print the matrices of the smoke sweep, ready to paste into :mod:`mrbench.lab.presets`::
+
+    python -m mrbench.lab.smoke_corr [--sweep smoke] [--tracking-uri URI]
+
+It loads what the report loads (the reward curves too: one query on a sqlite store).
 """
 
 from __future__ import annotations
 
+import argparse
+import math
+import shlex
 import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-TASKS = {"code-generation": 7, "tool-calling": 4, "agent-security": 2}
-"""Task → number of reward components (``mrbench tasks --json``)."""
+from mrbench.core.errors import UserError
+from mrbench.reporting.context import ReportContext, load_context
+from mrbench.reporting.figures import diagnostic_means
+from mrbench.reporting.store import open_reader
 
-_MATCH = 60.0  # squared RGB distance under which a pixel counts as a colour of the map
-_INSET = 0.15  # sample each cell this far (fraction of a cell) from its top-left corner: no label
-
-
-def _colour_table() -> tuple[np.ndarray, np.ndarray]:
-    from matplotlib import colormaps
-
-    values = np.linspace(-1.0, 1.0, 4001)
-    rgb = colormaps["RdBu_r"]((values + 1.0) / 2.0)[:, :3] * 255.0
-    return values, rgb
-
-
-def decode_panels(path: Path, n_defined: int) -> list[np.ndarray]:
-    """The ``n_defined × n_defined`` matrices of every heatmap panel in the PNG at ``path``.
-
-    ``n_defined`` is the number of components with a defined correlation (the coloured block of
-    each panel: blank rows and columns of constant components come last in these reports).
-    """
-    from PIL import Image
-
-    values, rgb = _colour_table()
-    image = np.asarray(Image.open(path).convert("RGB"), dtype=float)
-    # Only the heatmap cells and the colour bar are coloured: text, axes and background are grey.
-    mask = image.max(-1) - image.min(-1) > 40
-    columns = np.flatnonzero(mask.any(0))
-    panels = []
-    for run in np.split(columns, np.flatnonzero(np.diff(columns) > 3) + 1):
-        if len(run) < 20:
-            continue
-        x0, x1 = run[0], run[-1]
-        rows = np.flatnonzero(mask[:, x0 : x1 + 1].any(1))
-        y0, y1 = rows[0], rows[-1]
-        if x1 - x0 < 0.5 * (y1 - y0):
-            continue  # the colour bar: tall and thin
-        cw, ch = (x1 - x0 + 1) / n_defined, (y1 - y0 + 1) / n_defined
-        matrix = np.full((n_defined, n_defined), np.nan)
-        for i in range(n_defined):
-            for j in range(n_defined):
-                y, x = int(y0 + (i + _INSET) * ch), int(x0 + (j + _INSET) * cw)
-                patch = image[y : y + 3, x : x + 3].reshape(-1, 3).mean(0)
-                d = ((rgb - patch) ** 2).sum(-1)
-                if d.min() < _MATCH:
-                    matrix[i, j] = values[d.argmin()]
-        np.fill_diagonal(matrix, 1.0)
-        panels.append(matrix)
-    return panels
+DEFAULT_SWEEP = "smoke"
+PRESET_MATRICES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "code-generation": (
+        "CODE_CORR_6",
+        ("format", "syntax", "compile", "runtime", "accuracy", "ast_similarity"),
+    ),
+    "tool-calling": ("TOOLS_CORR", ("format", "function_name", "parameter", "values")),
+    "agent-security": ("SECURITY_CORR", ("utility", "safety")),
+}
+"""Task → (the preset's constant, the components of its rows and columns, in that order)."""
+LINE_LENGTH = 110  # the project's line length: a matrix that fits is printed on one line, as ruff would
 
 
-def task_correlations(report_dir: Path) -> dict[str, tuple[int, np.ndarray]]:
-    """Task → (panels found, mean matrix over the panels rounded to 2 decimals)."""
+@dataclass(frozen=True)
+class TaskCorrelation:
+    """One task's mean within-group reward correlation over a sweep's selected runs."""
+
+    components: list[str]  # the task's reward components (the report's order)
+    methods: list[str]  # the method labels averaged: those with at least one logged corr_matrix
+    runs: int  # selected runs of the task that logged a corr_matrix
+    matrix: np.ndarray  # [K, K] mean over methods of each method's mean over its runs; NaN: never defined
+
+    def sub_matrix(self, names: Sequence[str]) -> np.ndarray:
+        """The ``[len(names), len(names)]`` block of ``names``, in the order of ``names``."""
+        index = [self.components.index(n) for n in names]
+        return self.matrix[np.ix_(index, index)]
+
+    def never_defined(self, name: str) -> bool:
+        """True when no selected run had ``name`` vary together with another component in a group."""
+        i = self.components.index(name)
+        off = np.delete(self.matrix[i], i)
+        return bool(np.all(np.isnan(off)))
+
+
+def sweep_correlations(ctx: ReportContext) -> dict[str, TaskCorrelation]:
+    """Task → its :class:`TaskCorrelation`, for the tasks of ``ctx`` whose runs logged a corr_matrix."""
     out = {}
-    for task in TASKS:
-        path = Path(report_dir) / f"corr-{task}.png"
-        if not path.exists():
+    for task in ctx.tasks:
+        per_method, _ = diagnostic_means(ctx, task)
+        if not per_method:
             continue
-        # code-generation's efficiency was constant in every group of the smoke runs (blank).
-        defined = TASKS[task] - 1 if task == "code-generation" else TASKS[task]
-        panels = decode_panels(path, defined)
-        if panels:
-            out[task] = (len(panels), np.round(np.mean(panels, axis=0), 2))
+        runs = [
+            r for (t, _), methods in ctx.sel.cells.items() if t == task for rs in methods.values() for r in rs
+        ]
+        logged = sum((ctx.diagnostics.get(r.run_id) or {}).get("corr_matrix") is not None for r in runs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a cell NaN for every method stays NaN
+            matrix = np.nanmean(np.stack(list(per_method.values())), axis=0)
+        out[task] = TaskCorrelation(list(ctx.task_info[task].components), list(per_method), logged, matrix)
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Print each task's decoded mean correlation matrix."""
-    args = sys.argv[1:] if argv is None else argv
-    report_dir = Path(args[0] if args else "reports/smoke")
-    for task, (n, matrix) in task_correlations(report_dir).items():
-        print(f"{task}: mean of {n} panels")
-        print(np.array2string(matrix, separator=", "))
+def read_correlations(sweep: str, tracking_uri: str | None = None) -> dict[str, TaskCorrelation]:
+    """:func:`sweep_correlations` of sweep ``sweep`` in the store ``tracking_uri`` (default
+    :func:`mrbench.engine.tracking.resolve_tracking_uri`). Reads only: a missing store, an unreachable
+    server or an unknown sweep is a :class:`UserError`."""
+    from mrbench.engine.tracking import check_tracking_reachable, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    if uri.startswith("sqlite:///"):
+        if not Path(uri.removeprefix("sqlite:///")).exists():
+            raise UserError(f"no tracking store at {uri!r}: pass --tracking-uri with the sweep's store")
+    else:
+        check_tracking_reachable(uri)
+    reader = open_reader(uri)
+    try:
+        experiment_id = reader.experiment_id(sweep)
+        if experiment_id is None:
+            raise UserError(
+                f"no sweep named {sweep!r} in the tracking store {uri!r} (no such MLflow experiment)"
+            )
+        command = shlex.join(
+            ["python", "-m", "mrbench.lab.smoke_corr", "--sweep", sweep, "--tracking-uri", uri]
+        )
+        ctx = load_context(sweep, reader, reader.runs(experiment_id), command=command, store_note=uri)
+    finally:
+        reader.close()
+    return sweep_correlations(ctx)
+
+
+def _number(value: float) -> str:
+    # ``+ 0.0`` turns a rounded −0.00 into 0.00.
+    return "math.nan" if math.isnan(value) else f"{round(float(value), 2) + 0.0:.2f}"
+
+
+def python_matrix(name: str, matrix: np.ndarray) -> str:
+    """``NAME = ((…), …)`` with two decimals: on one line when it fits, else one row per line."""
+    rows = [f"({', '.join(_number(v) for v in row)}{',' if len(row) == 1 else ''})" for row in matrix]
+    one_line = f"{name} = ({', '.join(rows)}{',' if len(rows) == 1 else ''})"
+    if len(one_line) <= LINE_LENGTH:
+        return one_line
+    return "\n".join([f"{name} = (", *(f"    {row}," for row in rows), ")"])
+
+
+def task_source(task: str, found: TaskCorrelation) -> list[str]:
+    """Comment and assignment lines of one task: the preset's constant and components for the
+    ``paper-*`` tasks (:data:`PRESET_MATRICES`), ``<TASK>_CORR`` over every component otherwise."""
+    name, names = PRESET_MATRICES.get(
+        task, (task.upper().replace("-", "_") + "_CORR", tuple(found.components))
+    )
+    head = f"# {task}: mean over {', '.join(found.methods)} ({found.runs} runs)"
+    missing = [n for n in names if n not in found.components]
+    if missing:
+        return [f"{head}; the runs lack {', '.join(missing)}: no {name}"]
+    lines = [head, f"# rows and columns: {', '.join(names)}"]
+    for left in (c for c in found.components if c not in names):
+        if found.never_defined(left):
+            lines.append(f"# left out: {left} (never defined: constant in every group)")
+        else:
+            row = found.matrix[found.components.index(left), [found.components.index(n) for n in names]]
+            lines.append(f"# left out: {left}, its row over them: ({', '.join(map(_number, row))})")
+    matrix = found.sub_matrix(names)
+    if np.isnan(matrix).any():
+        lines.append(
+            "# math.nan: never defined in any run (a component constant in every group); choose a value"
+        )
+    return [*lines, python_matrix(name, matrix)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print each task's mean correlation matrix as Python; exit code 2 on a :class:`UserError`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mrbench.lab.smoke_corr",
+        description="Mean within-group reward correlations of a sweep's runs, as the lab presets write them.",
+    )
+    parser.add_argument(
+        "--sweep", default=DEFAULT_SWEEP, help="sweep name (the MLflow experiment); default smoke"
+    )
+    parser.add_argument(
+        "--tracking-uri", default=None, help="MLflow store (default sqlite:///results/mlflow.db)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        found = read_correlations(args.sweep, args.tracking_uri)
+        if not found:
+            raise UserError(
+                f"sweep {args.sweep!r} has no FINISHED cell run with a corr_matrix in its diagnostics"
+            )
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"# Within-group reward correlations of sweep {args.sweep!r}: per method the mean of its runs'\n"
+        "# corr_matrix (mean over training), then the mean over methods (python -m mrbench.lab.smoke_corr)."
+    )
+    for task, correlation in found.items():
+        print()
+        print("\n".join(task_source(task, correlation)))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
