@@ -35,6 +35,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "register_method": "mrbench.methods._registry",
     "register_task": "mrbench.tasks",
+    "Range": "mrbench.core.registry",
     "Task": "mrbench.core.contracts",
     "Sample": "mrbench.core.contracts",
     "RewardComponent": "mrbench.core.contracts",

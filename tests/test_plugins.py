@@ -65,6 +65,7 @@ def test_catalog_lists_plugins_with_their_source(plugin_env):
         "name": "toy-centred",
         "source": f"entry point {DIST}",
         "params": {"scale": 1.0},
+        "ranges": {},
         "summary": rows["toy-centred"]["summary"],
         "available": True,
     }

@@ -21,7 +21,8 @@ import os
 import signal
 import sys
 import traceback
-from typing import Annotated
+import warnings
+from typing import Annotated, Any
 
 import typer
 
@@ -118,11 +119,29 @@ def _run(cli: typer.Typer) -> int | str | None:
         return 1
 
 
+def _one_line_warnings(previous: Any) -> Any:
+    """A ``warnings.showwarning`` that prints mrbench's own warnings (e.g. rewards beyond the
+    supported magnitude) as one line ``warning: …`` and passes every other one to ``previous``."""
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if category.__module__.startswith("mrbench."):
+            _say(f"warning: {message}")
+        else:
+            previous(message, category, *args, **kwargs)
+
+    return show
+
+
 def main(cli: typer.Typer = app) -> None:
     """Entry point of ``cli`` (default: the ``mrbench`` app): runs it with stop signals handled
     like Ctrl-C and exits with the codes of the module docstring."""
-    with stop_signals_interrupt():
-        code = _run(cli)
+    previous = warnings.showwarning
+    warnings.showwarning = _one_line_warnings(previous)
+    try:
+        with stop_signals_interrupt():
+            code = _run(cli)
+    finally:
+        warnings.showwarning = previous
     signum = received()
     if signum is not None:
         # However the command ended after it (typer returns 130 for any interrupt, a sweep

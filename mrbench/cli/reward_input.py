@@ -102,7 +102,15 @@ def load_rewards_file(path: str | Path) -> Tensor:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"rewards file {str(p)!r} does not exist or is not a file")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (Excel's UTF-8 CSV) is not a value
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"rewards file {str(p)!r} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start}): save it as UTF-8 CSV or JSON"
+        ) from None
+    except OSError as exc:
+        raise UserError(f"cannot read rewards file {str(p)!r}: {exc.strerror or exc}") from None
     if p.suffix.lower() == ".json":
         try:
             data = json.loads(text)

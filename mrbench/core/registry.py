@@ -6,6 +6,13 @@ registry records the plugin's keyword-only parameters and their defaults from it
 that hyper-parameters are declared once and flow from there into CLI validation, MLflow params and
 the run key. Unknown names raise :class:`UnknownNameError` with "did you mean" suggestions.
 
+A numeric hyper-parameter declares the values it accepts in its annotation, with :class:`Range`::
+
+    def grpo(rewards, weights, *, eps: Annotated[float, Range(gt=0)] = 1e-6): ...
+
+Every value given for it (command line, sweep YAML, Python) is checked before anything runs; a
+float hyper-parameter must also be finite (unless its own default is not).
+
 Entry points are discovered lazily: the first time a name is not found, or the registry is listed
 (:meth:`Registry.catalog`). A plugin that cannot be loaded raises :class:`PluginError` naming its
 entry point and distribution when it is used, and is reported beside (never instead of) the
@@ -16,10 +23,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin
 
 from mrbench.core.errors import PluginError, RegistryError, UnknownNameError, UnknownParamError
 
@@ -28,6 +37,7 @@ __all__ = [
     "Entry",
     "PluginError",
     "PluginProblem",
+    "Range",
     "Registry",
     "RegistryError",
     "UnknownNameError",
@@ -57,6 +67,82 @@ def _keyword_params(fn: Callable[..., Any]) -> dict[str, Any]:
                 raise TypeError(f"hyper-parameter {p.name!r} of {fn.__qualname__} needs a default")
             params[p.name] = p.default
     return params
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric hyper-parameter accepts: ``gt``/``lt`` exclude the bound, ``ge``/``le``
+    include it, ``None`` leaves that side open. Declared as ``Annotated[float, Range(gt=0)]``.
+
+    >>> str(Range(gt=0)), str(Range(ge=0, le=1)), Range(gt=0).admits(-1.0)
+    ('> 0', '>= 0 and <= 1', False)
+    """
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def admits(self, value: Any) -> bool:
+        """True for a real number (not a bool, not NaN) within every bound."""
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            return False
+        return (
+            (self.gt is None or value > self.gt)
+            and (self.ge is None or value >= self.ge)
+            and (self.lt is None or value < self.lt)
+            and (self.le is None or value <= self.le)
+        )
+
+    def bounds(self) -> dict[str, float]:
+        """The bounds that are set, e.g. ``{"gt": 0}`` (``mrbench methods --json``)."""
+        return {
+            k: v
+            for k, v in (("gt", self.gt), ("ge", self.ge), ("lt", self.lt), ("le", self.le))
+            if v is not None
+        }
+
+    def __str__(self) -> str:
+        symbols = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+        return " and ".join(f"{symbols[k]} {v:g}" for k, v in self.bounds().items()) or "any number"
+
+
+def _annotation(obj: Any, param: inspect.Parameter) -> Any:
+    """The parameter's annotation, a string annotation (``from __future__ import annotations``)
+    evaluated in the plugin's module; None when it cannot be evaluated (then it declares no range)."""
+    annotation = param.annotation
+    if isinstance(annotation, str):
+        module = sys.modules.get(getattr(obj, "__module__", "") or "")
+        try:
+            annotation = eval(annotation, dict(vars(module)) if module else {})
+        except Exception:  # e.g. a name imported only under TYPE_CHECKING
+            return None
+    return annotation
+
+
+def _keyword_ranges(fn: Callable[..., Any]) -> dict[str, Range]:
+    """The :class:`Range` of each keyword-only parameter that declares one in ``Annotated[...]``."""
+    ranges: dict[str, Range] = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.annotation is inspect.Parameter.empty:
+            continue
+        annotation = _annotation(fn, p)
+        if get_origin(annotation) is Annotated:
+            found = [m for m in get_args(annotation)[1:] if isinstance(m, Range)]
+            if found:
+                ranges[p.name] = found[0]
+    return ranges
+
+
+def check_value(value: Any, default: Any, bound: Range | None, *, key: str, owner: str) -> None:
+    """:class:`RegistryError` naming ``value`` unless it is finite (for a float whose ``default``
+    is finite) and within ``bound``."""
+    where = f"parameter {key!r} of {owner!r}"
+    if bound is not None and not bound.admits(value):
+        raise RegistryError(f"bad value {value!r} for {where}: must be {bound}")
+    finite_default = not isinstance(default, float) or math.isfinite(default)
+    if isinstance(value, float) and not math.isfinite(value) and finite_default:
+        raise RegistryError(f"bad value {value!r} for {where}: must be a finite number")
 
 
 def source_of(module: str) -> str:
@@ -129,6 +215,7 @@ class Entry(Generic[T]):
     origin: str | None = None
     check: Check | None = field(default=None, repr=False)
     _params: dict[str, Any] | None = field(default=None, repr=False)
+    _ranges: dict[str, Range] | None = field(default=None, repr=False)
 
     @property
     def loaded(self) -> bool:
@@ -167,14 +254,23 @@ class Entry(Generic[T]):
             self._params = _keyword_params(self.obj)
         return dict(self._params)
 
+    @property
+    def ranges(self) -> dict[str, Range]:
+        """The declared :class:`Range` of each hyper-parameter that has one."""
+        if self._ranges is None:
+            self._ranges = _keyword_ranges(self.obj)
+        return dict(self._ranges)
+
     def resolve_params(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Defaults updated by ``overrides`` (strings coerced to each default's type).
 
-        Raises :class:`UnknownParamError` naming any key the plugin does not declare.
+        Raises :class:`UnknownParamError` naming any key the plugin does not declare, and
+        :class:`RegistryError` naming a value outside its declared :class:`Range` or not finite.
         """
         import difflib
 
         params = self.params
+        ranges = self.ranges
         for key, raw in (overrides or {}).items():
             if key not in params:
                 close = difflib.get_close_matches(key, list(params), n=1, cutoff=0.5)
@@ -183,7 +279,9 @@ class Entry(Generic[T]):
                 raise UnknownParamError(
                     f"unknown parameter {key!r} for {self.name!r}.{hint} Known parameters: {known}."
                 )
-            params[key] = coerce_value(raw, params[key], key=key)
+            value = coerce_value(raw, params[key], key=key)
+            check_value(value, params[key], ranges.get(key), key=key, owner=self.name)
+            params[key] = value
         return params
 
 
@@ -204,7 +302,10 @@ def _verify(obj: Any, check: Check | None) -> None:
         inspect.signature(obj)
     except (TypeError, ValueError) as exc:  # e.g. a C function without introspectable parameters
         raise TypeError(f"cannot read the parameters of {obj!r}: {exc}") from None
-    _keyword_params(obj)
+    defaults = _keyword_params(obj)
+    for key, bound in _keyword_ranges(obj).items():
+        if not bound.admits(defaults[key]):
+            raise TypeError(f"the default {defaults[key]!r} of hyper-parameter {key!r} is not {bound}")
     if check is not None:
         check(obj)
 

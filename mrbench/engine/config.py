@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,21 +45,29 @@ class TrainSettings:
     """bfloat16 training (GPUs only)."""
 
     def __post_init__(self) -> None:
-        checks = {
-            "steps": self.steps >= 1,
-            "num_generations": self.num_generations >= 2,
-            "prompts_per_step": self.prompts_per_step >= 1,
-            "learning_rate": self.learning_rate > 0,
-            "beta": self.beta >= 0,
-            "temperature": self.temperature > 0,
-            "max_completion_length": self.max_completion_length >= 0,
-            "eval_limit": self.eval_limit >= 0,
-            "gradient_accumulation_steps": self.gradient_accumulation_steps >= 1,
+        # Lower bounds; every float must also be finite (inf passes `> 0`, NaN fails silently).
+        minimum = {
+            "steps": (1, True),
+            "num_generations": (2, True),
+            "prompts_per_step": (1, True),
+            "learning_rate": (0, False),
+            "beta": (0, True),
+            "temperature": (0, False),
+            "max_completion_length": (0, True),
+            "eval_limit": (0, True),
+            "gradient_accumulation_steps": (1, True),
         }
-        bad = [name for name, ok in checks.items() if not ok]
-        if bad:
-            shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
-            raise UserError(f"invalid train settings: {shown} (steps ≥ 1, num_generations ≥ 2, rates > 0)")
+        problems: list[str] = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                problems.append(f"{f.name}={value!r} (must be a finite number)")
+            elif f.name in minimum:
+                bound, inclusive = minimum[f.name]
+                if not (value >= bound if inclusive else value > bound):
+                    problems.append(f"{f.name}={value!r} (must be {'>=' if inclusive else '>'} {bound})")
+        if problems:
+            raise UserError(f"invalid train settings: {', '.join(problems)}")
 
     @classmethod
     def from_overrides(cls, overrides: dict[str, Any] | None) -> TrainSettings:

@@ -10,6 +10,7 @@ and the demonstrations themselves, so adding or changing a task rebuilds the mod
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import logging
@@ -78,6 +79,51 @@ def validate_model_name(name: str) -> None:
         f"unknown model {name!r}.{hint} Use a tiny preset ({', '.join(TINY_PRESETS)}), "
         "a Hugging Face id like 'Qwen/Qwen2.5-0.5B-Instruct', or a local model folder."
     )
+
+
+HUB_CHECK_TIMEOUT_S = 10.0  # one request, no retries: an id that cannot load fails in seconds
+
+
+@functools.cache
+def check_model_available(name: str) -> None:
+    """Fail fast with :class:`UserError` when ``name`` is a hub id that cannot be loaded.
+
+    A tiny preset, a local path and a hub id in the local Hugging Face cache pass at once;
+    otherwise the hub is asked once (``HUB_CHECK_TIMEOUT_S``, no retries), instead of the minute
+    of retries ``from_pretrained`` spends before its error. Checked once per name and process.
+    """
+    validate_model_name(name)
+    if name in TINY_PRESETS or Path(name).exists():
+        return
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    where = "a tiny preset, a local model folder, or a Hugging Face id that exists"
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return  # cached: loads offline
+    except ValueError as exc:  # huggingface_hub's HFValidationError: not a valid repository id
+        raise UserError(f"cannot load model {name!r}: {exc}; use {where}") from None
+    if constants.HF_HUB_OFFLINE:
+        raise UserError(
+            f"cannot load model {name!r}: it is not in the local Hugging Face cache and "
+            f"HF_HUB_OFFLINE is set; download it first, or use {where}"
+        )
+    try:
+        HfApi().model_info(name, timeout=HUB_CHECK_TIMEOUT_S)
+    except GatedRepoError:
+        return  # it exists; loading it needs `hf auth login`, and from_pretrained says so
+    except RepositoryNotFoundError:
+        raise UserError(
+            f"cannot load model {name!r}: no such model on the Hugging Face hub (a private one needs "
+            f"`hf auth login`); use {where}"
+        ) from None
+    except Exception as exc:  # no network, DNS, proxy, timeout: httpx and hub errors alike
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"cannot load model {name!r}: the Hugging Face hub cannot be reached ({reason}) and the "
+            f"model is not in the local cache; connect, download it first, or use {where}"
+        ) from None
 
 
 def count_parameters(preset: TinyPreset) -> int:
@@ -487,6 +533,7 @@ def load_tokenizer(path: str) -> Any:
     """Tokenizer with left padding and a pad token (generation needs both)."""
     from transformers import AutoTokenizer
 
+    check_model_available(path)  # seconds, instead of a minute of hub retries, for a bad hub id
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except OSError as exc:

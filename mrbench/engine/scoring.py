@@ -177,6 +177,11 @@ def _score(task: Task, task_name: str, input_path: str | Path | None, dataset: s
     else:
         assert input_path is not None
         read, errors = read_items(input_path)
+        if not read and not errors:
+            raise UserError(
+                f"input file {str(input_path)!r} has no items: expected one JSON object per line "
+                '({"dataset", "id", "completion"})'
+            )
         numbered = list(read)
         names = sorted({item["dataset"] for _, item in numbered})
         label = names[0] if len(names) == 1 else ("mixed" if names else "")

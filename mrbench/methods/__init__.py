@@ -8,6 +8,19 @@ NaN (or ±inf) marks an unscorable reward value; results are always finite. Impo
 package registers the estimators and does nothing else. Estimators from other packages: see
 :mod:`mrbench.methods._registry` (decorator, entry points, ``module:function`` names).
 
+Hyper-parameters are checked against the range each one declares (``eps >= 0`` where a zero
+std is guarded, ``eps > 0`` under CorrGRPO's square root, ``min_corr_sum >= 0``; ``mrbench
+methods`` lists them): a value outside it, or a non-finite float, raises
+:class:`mrbench.core.errors.RegistryError` naming it.
+
+Supported reward magnitude: every finite reward ``|r|`` and weighted reward ``|w_k r_k|`` up to
+``1e6`` (:data:`mrbench.methods._stats.SUPPORTED_MAGNITUDE`). Beyond it the built-in estimators
+warn once per process (:class:`~mrbench.methods._stats.RewardScaleWarning`) and stay finite:
+normalising ones (``grpo``, ``gdpo``, ``gdpo-nobn``, ``gdpo-corr``) are scale-invariant and keep
+their values, computed on rewards scaled by a power of two where float64 would overflow
+(beyond 2**300); ``dr-grpo`` and ``corrgrpo`` give advantages in reward units, as large as the
+rewards (clipped to the dtype's range), which no optimiser trains well on.
+
 >>> import torch
 >>> r = torch.tensor([[[0.0], [1.0], [2.0], [float("nan")]]])
 >>> compute_advantages("dr-grpo", r).tolist()

@@ -8,6 +8,13 @@ Every method has one signature::
 register with the same decorator (``from mrbench import register_method``), through an entry
 point in the group ``mrbench.methods`` (``name = "package.module:function"``), or are named
 ``package.module:function`` where a method name is expected.
+
+A numeric hyper-parameter declares the values it accepts with
+:class:`mrbench.core.registry.Range` (also ``from mrbench import Range``) in its annotation; values
+outside it are refused, naming the value, before anything runs, and ``mrbench methods`` shows it::
+
+    @register_method("my-adv")
+    def my_adv(rewards, weights, *, eps: Annotated[float, Range(gt=0)] = 1e-6) -> Tensor: ...
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ Conventions (shared by every method, see ``methods/__init__.py``):
   only use the rollouts where that component is present (TRL's ``nanmean``/``nanstd``).
 * Work is done in float64 so that squares of rewards at 1e8 (or sums of seven of them) neither
   overflow nor lose the small differences that matter; :func:`finish` casts back.
+* Magnitude: rewards and weighted rewards ``w_k r_k`` beyond :data:`SUPPORTED_MAGNITUDE` give one
+  :class:`RewardScaleWarning` per process. Beyond 2**300, where squares and sums could overflow
+  float64, the working copy is scaled by a power of two (exact), so normalising estimators keep
+  their values; ``Prepared.unit`` records the scale and estimators whose advantages are in reward
+  units multiply it back in :func:`finish_`.
 * Sample statistics use n − 1. A set of values that are all equal is centred to exactly 0 (see
   :func:`center`), so constant groups and components give exact zeros, not rounding noise that
   would turn into spurious ±1 correlations or z-scores.
@@ -27,10 +32,26 @@ memory back to the OS and fault it in again on every call, which measured 3-5× 
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import torch
 from torch import Tensor
 
 F64 = torch.float64
+
+SUPPORTED_MAGNITUDE = 1e6
+"""Largest ``|r|`` and ``|w_k r_k|`` the estimators are documented for (see :mod:`mrbench.methods`)."""
+_SAFE_EXP = 300  # up to 2**300, squares summed over any batch stay far below float64's 2**1024
+_TARGET_EXP = 20  # beyond it, the working copy is scaled to below 2**20
+_MAX_SHIFT = 1000  # 2**-1000 is still a normal float64, so the scaling stays exact
+
+
+class RewardScaleWarning(RuntimeWarning):
+    """Rewards beyond :data:`SUPPORTED_MAGNITUDE` (warned once per process)."""
+
+
+_warned_scale = False
 
 
 class Prepared:
@@ -45,6 +66,8 @@ class Prepared:
             statistics, see :func:`group_zscores_`).
         present: ``[P, K, 1]`` float64 count of kept rollouts where each component is present
             (``nan_missing=True`` only).
+        unit: what one unit of ``values_t`` is worth in reward units: 1.0, or a power of two when
+            rewards beyond 2**300 were scaled down (see the module docstring).
 
     ``values_t`` is a private working buffer that callers may modify in place; the caller's
     ``rewards`` is never modified.
@@ -59,6 +82,8 @@ class Prepared:
         self.weights = weights.to(device=raw.device, dtype=F64)
         nan = torch.nan
         missing = torch.isnan(raw.nan_to_num_(nan=nan, posinf=nan, neginf=nan))  # ±inf → NaN
+        raw.nan_to_num_(nan=0.0)  # (isfinite would be 4 full-size passes)
+        self.unit = _guard_magnitude_(raw, self.weights)
         # Reductions of bool tensors go through a full-size int64 copy; uint8 ones do not.
         if k:
             scorable = missing.view(torch.uint8).amin(dim=1) == 0  # [P, G]: some component present
@@ -69,20 +94,53 @@ class Prepared:
         all_kept = bool(self.keep.all())
         if nan_missing:
             if not all_kept:
-                dropped = ~self.keep.unsqueeze(1)
-                raw.masked_fill_(dropped, nan)
-                missing.logical_or_(dropped)
+                missing.logical_or_(~self.keep.unsqueeze(1))
+            raw.masked_fill_(missing, nan)
             small = torch.uint8 if g < 256 else torch.int64  # a count that cannot overflow
             self.present = (g - missing.view(torch.uint8).sum(dim=-1, keepdim=True, dtype=small)).to(F64)
-        else:
-            raw.nan_to_num_(nan=0.0)
-            if not all_kept:
-                raw.mul_(self.keepf.unsqueeze(1))
+        elif not all_kept:
+            raw.mul_(self.keepf.unsqueeze(1))
         self.values_t = raw
 
     def weighted_(self) -> Tensor:
         """``w_k r_k`` ``[P, K, G]``, computed in place in ``values_t`` (which it then holds)."""
         return self.values_t.mul_(self.weights.unsqueeze(-1))
+
+
+def _guard_magnitude_(raw: Tensor, weights: Tensor) -> float:
+    """Warn (once per process) when some ``|r|`` or ``|w_k r_k|`` of the finite ``raw``
+    ``[P, K, G]`` exceeds :data:`SUPPORTED_MAGNITUDE`; beyond 2**300 scale ``raw`` in place by a
+    power of two to below 2**20 and return that power (else 1.0)."""
+    if raw.numel() == 0:
+        return 1.0
+    # A bound from two contiguous reductions first; per component only when it is exceeded.
+    bound = max(float(raw.amax()), -float(raw.amin())) * max(1.0, float(weights.abs().max()))
+    if bound <= SUPPORTED_MAGNITUDE:
+        return 1.0
+    largest = torch.maximum(raw.amax(dim=(0, 2)), raw.amin(dim=(0, 2)).neg_())  # [K] max |r_k|
+    peak = float((largest * weights.abs().clamp_min(1.0)).max())  # max(|r|, |w_k r_k|)
+    if peak > SUPPORTED_MAGNITUDE:
+        _warn_scale(peak)
+    if peak <= 2.0**_SAFE_EXP:
+        return 1.0
+    shift = min(math.frexp(peak)[1] - _TARGET_EXP, _MAX_SHIFT) if math.isfinite(peak) else _MAX_SHIFT
+    raw.mul_(2.0**-shift)
+    return 2.0**shift
+
+
+def _warn_scale(peak: float) -> None:
+    global _warned_scale
+    if _warned_scale:
+        return
+    _warned_scale = True
+    warnings.warn(
+        f"rewards reach {peak:.3g} (largest |r| or |w·r|), beyond the supported magnitude "
+        f"{SUPPORTED_MAGNITUDE:g}: normalising methods (grpo, gdpo, ...) stay meaningful, but "
+        "advantages in reward units (dr-grpo, corrgrpo) grow with the rewards; rescale the task's "
+        "rewards or weights. Warned once per process.",
+        RewardScaleWarning,
+        stacklevel=6,  # the estimator's caller
+    )
 
 
 def prepare(rewards: Tensor, weights: Tensor, *, nan_missing: bool = False) -> Prepared:
@@ -169,11 +227,14 @@ def corr_sum_(components: Tensor, mask: Tensor, dim: int | tuple[int, ...]) -> T
     return (u * u).sum(dim=dim, keepdim=True) / (count - 1).clamp_min(1)
 
 
-def finish_(adv: Tensor, keep: Tensor, like: Tensor) -> Tensor:
-    """Zero ``adv`` off ``keep`` and make it finite (in place), then cast to ``like``'s float dtype."""
+def finish_(adv: Tensor, keep: Tensor, like: Tensor, unit: float = 1.0) -> Tensor:
+    """Zero ``adv`` off ``keep``, multiply by ``unit`` (``Prepared.unit``, for advantages in reward
+    units) and make it finite (in place), then cast to ``like``'s float dtype."""
     dtype = like.dtype if like.is_floating_point() else torch.get_default_dtype()
     big = torch.finfo(dtype).max
     adv.masked_fill_(~keep, 0.0)
+    if unit != 1.0:
+        adv.mul_(unit)
     # Guard against overflow when casting back (e.g. float32 rewards near 3e38 summed over K).
     adv.nan_to_num_(nan=0.0, posinf=big, neginf=-big).clamp_(-big, big)
     return adv.to(dtype)

@@ -7,9 +7,12 @@ depends on how the components co-vary, not on their scales.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
+from mrbench.core.registry import Range
 from mrbench.methods._registry import register_method
 from mrbench.methods._stats import center_, corr_sum_, finish_, group_zscores_, prepare
 
@@ -23,11 +26,11 @@ def _corrgrpo(rewards: Tensor, weights: Tensor, eps: float, floor: float) -> Ten
     center_(centered, prep.keepf, dim=1)
     rho_sum = corr_sum_(components, prep.keepf.unsqueeze(1), dim=-1)  # [P, 1, 1]
     denom = torch.sqrt(rho_sum.squeeze(-1).clamp_min(floor) + eps)  # [P, 1]
-    return finish_(centered.div_(denom), prep.keep, rewards)
+    return finish_(centered.div_(denom), prep.keep, rewards, unit=prep.unit)  # reward units
 
 
 @register_method("corrgrpo")
-def corrgrpo(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
+def corrgrpo(rewards: Tensor, weights: Tensor, *, eps: Annotated[float, Range(gt=0)] = 1e-6) -> Tensor:
     """CorrGRPO (faithful): A = (R − mean_g R) / sqrt(max(0, Σ_kl ρ_kl) + eps), per group.
 
     ρ is the within-group Pearson correlation matrix of the weighted components ``w_k r_k``; a
@@ -40,7 +43,7 @@ def corrgrpo(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
         rewards: ``[P, G, K]`` rewards; NaN/±inf = unscorable (missing components count 0 both in
             R and in the correlations).
         weights: ``[K]`` component weights.
-        eps: added under the square root.
+        eps: added under the square root; > 0, as Σρ can be exactly 0.
 
     Returns:
         ``[P, G]`` advantages; 0 for unscorable rollouts and groups with < 2 scorable rollouts.
@@ -50,7 +53,11 @@ def corrgrpo(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
 
 @register_method("corrgrpo-guarded")
 def corrgrpo_guarded(
-    rewards: Tensor, weights: Tensor, *, eps: float = 1e-6, min_corr_sum: float = 1.0
+    rewards: Tensor,
+    weights: Tensor,
+    *,
+    eps: Annotated[float, Range(gt=0)] = 1e-6,
+    min_corr_sum: Annotated[float, Range(ge=0)] = 1.0,
 ) -> Tensor:
     """CorrGRPO with a floored denominator: A = (R − mean_g R) / sqrt(max(min_corr_sum, Σ_kl ρ_kl) + eps).
 
@@ -65,7 +72,7 @@ def corrgrpo_guarded(
     Args:
         rewards: ``[P, G, K]`` rewards; NaN/±inf = unscorable.
         weights: ``[K]`` component weights.
-        eps: added under the square root.
+        eps: added under the square root; > 0.
         min_corr_sum: floor on Σ_kl ρ_kl (1.0 = never amplify; 0.0 = faithful ``corrgrpo``).
 
     Returns:
@@ -75,7 +82,7 @@ def corrgrpo_guarded(
 
 
 @register_method("gdpo-corr")
-def gdpo_corr(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
+def gdpo_corr(rewards: Tensor, weights: Tensor, *, eps: Annotated[float, Range(gt=0)] = 1e-6) -> Tensor:
     """GDPO z-scores, then batch correlation normalisation: A = (S − mean_B S)/sqrt(max(0, Σρ_B) + eps).
 
     S = Σ_k w_k z_k with z_k GDPO's per-group z-scores (std + eps, n − 1, NaN-aware); ρ_B is the
@@ -85,7 +92,7 @@ def gdpo_corr(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
     Args:
         rewards: ``[P, G, K]`` rewards; NaN/±inf = unscorable.
         weights: ``[K]`` component weights.
-        eps: added to the per-group component std and under the square root.
+        eps: added to the per-group component std and under the square root; > 0.
 
     Returns:
         ``[P, G]`` advantages; 0 off B.

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from torch import Tensor
 
+from mrbench.core.registry import Range
 from mrbench.methods._registry import register_method
 from mrbench.methods._stats import center_, finish_, group_zscores_, prepare, reciprocal, std_from_centered
 
@@ -16,13 +19,14 @@ def _group_sums(rewards: Tensor, weights: Tensor, eps: float) -> tuple[Tensor, T
 
 
 @register_method("gdpo")
-def gdpo(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
+def gdpo(rewards: Tensor, weights: Tensor, *, eps: Annotated[float, Range(ge=0)] = 1e-6) -> Tensor:
     """GDPO: S = Σ_k w_k (r_k − mean_g r_k)/(std_g r_k + eps), then A = (S − mean_B S)/(std_B S + eps).
 
     Args:
         rewards: ``[P, G, K]`` rewards; NaN/±inf = unscorable.
         weights: ``[K]`` component weights.
-        eps: added to both the per-group component std and the batch std (n − 1 stds).
+        eps: added to both the per-group component std and the batch std (n − 1 stds); ≥ 0 (0:
+            exact z-scores; a zero std gives 0).
 
     Returns:
         ``[P, G]`` advantages. Per-component statistics are NaN-aware (a missing component
@@ -38,13 +42,13 @@ def gdpo(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
 
 
 @register_method("gdpo-nobn")
-def gdpo_nobn(rewards: Tensor, weights: Tensor, *, eps: float = 1e-6) -> Tensor:
+def gdpo_nobn(rewards: Tensor, weights: Tensor, *, eps: Annotated[float, Range(ge=0)] = 1e-6) -> Tensor:
     """GDPO without the batch step: A = S = Σ_k w_k (r_k − mean_g r_k)/(std_g r_k + eps).
 
     Args:
         rewards: ``[P, G, K]`` rewards; NaN/±inf = unscorable.
         weights: ``[K]`` component weights.
-        eps: added to the per-group component std (n − 1).
+        eps: added to the per-group component std (n − 1); ≥ 0.
 
     Returns:
         ``[P, G]`` advantages (same NaN rules as :func:`gdpo`); zero mean per group when no

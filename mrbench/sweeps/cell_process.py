@@ -28,15 +28,22 @@ EXIT_FINISHED, EXIT_FAILED, EXIT_KILLED = 0, 1, 130
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _interrupt_once(signum: int, frame: Any) -> None:
-    """SIGINT handler: raise KeyboardInterrupt once, then ignore SIGINT.
+    """Stop-signal handler: raise KeyboardInterrupt once, then ignore SIGINT, SIGTERM and SIGHUP.
+
+    SIGTERM reaches a worker directly when a scheduler (SLURM, Kubernetes, ``docker stop``)
+    signals every process of the job; its run must end KILLED then too, not stay RUNNING.
 
     A worker often gets two: the parent-death signal and the parent watcher below both send
     one, and a Ctrl-C reaches the sweep's whole process group while the sweep also signals its
     workers. A second KeyboardInterrupt would land inside the handler that ends the run KILLED
     and leave it RUNNING in the store.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -139,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGINT is how a sweep stops its workers (explicitly, and as the parent-death signal). A
     # sweep started in the background inherits SIGINT ignored and passes that on; without this,
     # a worker would outlive a killed sweep and finish its cell a second time after a resume.
-    signal.signal(signal.SIGINT, _interrupt_once)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _interrupt_once)
     if payload.get("parent_pid"):
         _die_with_parent(int(payload["parent_pid"]))
     result_path = Path(payload["result"]) if payload.get("result") else None

@@ -27,9 +27,21 @@ def test_methods_json_shape():
     assert builtin <= {row["name"] for row in rows}
     for row in rows:
         if row["name"] in builtin:
-            assert set(row) == {"name", "source", "params", "summary", "available"}
+            assert set(row) == {"name", "source", "params", "ranges", "summary", "available"}
             assert row["source"] == "built-in" and row["available"]
             assert isinstance(row["params"], dict) and row["summary"]
+            assert set(row["ranges"]) == set(row["params"])  # every built-in hyper-parameter has one
+    ranges = {row["name"]: row["ranges"] for row in rows}
+    assert ranges["grpo"] == {"eps": {"ge": 0}} and ranges["corrgrpo"] == {"eps": {"gt": 0}}
+    assert ranges["dr-grpo"] == {}
+    assert ranges["corrgrpo-guarded"]["min_corr_sum"] == {"ge": 0}
+
+
+def test_methods_table_shows_ranges():
+    proc = mrbench("methods")
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("corrgrpo-guarded "))
+    assert "eps=1e-06 (> 0), min_corr_sum=1.0 (>= 0)" in line
 
 
 def test_tasks_json_shape():

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from mrbench.cli.app import app
-from mrbench.cli.commands.ui import HOST, port_free, ui_command
+from mrbench.cli.commands.ui import HOST, port_free, ui_command, ui_env
 from mrbench.core.errors import UserError
 
 
@@ -30,6 +30,13 @@ def test_ui_command_serves_only_loopback() -> None:
     cmd = ui_command("sqlite:////x/mlflow.db", 5001)
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "5001"
     assert cmd[cmd.index("--backend-store-uri") + 1] == "sqlite:////x/mlflow.db"
+
+
+def test_ui_server_runs_without_mlflow_job_consumers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", raising=False)
+    assert ui_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "true")  # the user's choice wins
+    assert ui_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"
 
 
 def test_port_in_use_is_a_user_error(tmp_path: Path) -> None:

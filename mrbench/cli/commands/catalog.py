@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from mrbench.core.errors import UserError
-from mrbench.core.registry import BUILT_IN, PluginProblem
+from mrbench.core.registry import BUILT_IN, PluginProblem, Range
 
 
 def _unavailable(problem: PluginProblem) -> dict[str, Any]:
@@ -22,16 +22,34 @@ def _unavailable(problem: PluginProblem) -> dict[str, Any]:
 
 
 def list_methods() -> list[dict[str, Any]]:
-    """``[{"name", "source", "params": {name: default}, "summary", "available"}]`` for every
-    registered method; a plugin that cannot be loaded has ``"available": false`` and ``"reason"``."""
+    """``[{"name", "source", "params": {name: default}, "ranges": {name: {"gt"|"ge"|"lt"|"le":
+    bound}}, "summary", "available"}]`` for every registered method (``ranges``: the declared
+    :class:`~mrbench.core.registry.Range` of each hyper-parameter that has one); a plugin that
+    cannot be loaded has ``"available": false`` and ``"reason"``."""
     import mrbench.methods as methods
 
     entries, problems = methods.METHODS.catalog()
     rows: list[dict[str, Any]] = [
-        {"name": e.name, "source": e.source, "params": e.params, "summary": e.summary, "available": True}
+        {
+            "name": e.name,
+            "source": e.source,
+            "params": e.params,
+            "ranges": {k: r.bounds() for k, r in e.ranges.items()},
+            "summary": e.summary,
+            "available": True,
+        }
         for e in entries
     ]
-    return rows + [{**_unavailable(p), "params": {}, "summary": ""} for p in problems]
+    return rows + [{**_unavailable(p), "params": {}, "ranges": {}, "summary": ""} for p in problems]
+
+
+def _param_text(row: dict[str, Any]) -> str:
+    """``eps=1e-06 (> 0), n=3`` for the table of ``mrbench methods``."""
+    parts = []
+    for key, default in row["params"].items():
+        bound = row["ranges"].get(key)
+        parts.append(f"{key}={default!r}" + (f" ({Range(**bound)})" if bound else ""))
+    return ", ".join(parts) or "-"
 
 
 def _task_row(entry: Any) -> dict[str, Any]:
@@ -98,8 +116,7 @@ def register(app: typer.Typer) -> None:
             if not row["available"]:
                 typer.echo(f"{row['name']:<18} unavailable: {row['reason']}")
                 continue
-            params = ", ".join(f"{k}={v!r}" for k, v in row["params"].items()) or "-"
-            typer.echo(f"{row['name']:<18} {params:<32} {row['summary']}{_origin(row)}")
+            typer.echo(f"{row['name']:<18} {_param_text(row):<44} {row['summary']}{_origin(row)}")
 
     @app.command("tasks")
     def tasks_cmd(

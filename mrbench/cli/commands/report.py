@@ -21,7 +21,27 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Write report.md and figures for SWEEP (statistics over seeds, curves, Pareto, diagnostics)."""
+        from mrbench.core.errors import UserError
+        from mrbench.engine.tracking import check_tracking_reachable, resolve_tracking_uri
         from mrbench.reporting.build import build_report
 
-        path = build_report(sweep, tracking_uri=tracking_uri, out=out)
+        folder = out if out is not None else Path("reports") / sweep
+        check_output_folder(folder, "--out" if out is not None else "the report folder")
+        uri = resolve_tracking_uri(tracking_uri)
+        if not uri.startswith("sqlite:///"):  # a missing sqlite store is reported by build_report
+            check_tracking_reachable(uri)  # an unknown scheme or a server that does not answer
+        try:
+            path = build_report(sweep, tracking_uri=uri, out=out)
+        except OSError as exc:  # e.g. a read-only folder
+            where = exc.filename or folder
+            raise UserError(f"cannot write the report to {str(where)!r}: {exc.strerror or exc}") from None
         typer.echo(f"report: {path}")
+
+
+def check_output_folder(folder: Path, what: str) -> None:
+    """:class:`UserError` naming the path when ``folder`` or one of its parents is a file."""
+    from mrbench.core.errors import UserError
+
+    for path in (folder, *folder.parents):
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{what} {str(folder)!r} cannot be a folder: {str(path)!r} is a file")

@@ -35,6 +35,15 @@ def ui_command(tracking_uri: str, port: int) -> list[str]:
     ]
 
 
+def ui_env() -> dict[str, str]:
+    """The server's environment: MLflow's background job runner off unless the user turns it on.
+
+    Browsing runs needs none of its (GenAI) jobs, and by default it starts half a dozen extra
+    consumer processes that each poll the store, for as long as the UI is open.
+    """
+    return {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+
+
 def port_free(port: int) -> bool:
     """True if nothing listens on ``127.0.0.1:port``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -79,37 +88,62 @@ def register(app: typer.Typer) -> None:
         if not port_free(port):
             raise UserError(f"port {port} on {HOST} is in use; pick another with --port")
         url = f"http://{HOST}:{port}"
-        # Own process group: `mlflow ui` starts a uvicorn child, and stopping must end both.
-        proc = subprocess.Popen(ui_command(uri, port), start_new_session=True)
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-        typer.echo(f"MLflow UI for {uri}: {url}  (starting; Ctrl-C to stop)")
+        # Own process group: `mlflow ui` starts server and worker children, and stopping must end
+        # them all. Ctrl-C, SIGTERM and SIGHUP all arrive here as KeyboardInterrupt
+        # (mrbench.core.interrupts, installed by mrbench.cli.app.main).
+        proc = subprocess.Popen(ui_command(uri, port), env=ui_env(), start_new_session=True)
         try:
+            typer.echo(f"MLflow UI for {uri}: {url}  (starting; Ctrl-C to stop)")
             if wait_until_up(url, proc):
                 typer.echo(f"ready: {url}")
             elif proc.poll() is not None:
                 raise UserError(f"the MLflow UI exited with code {proc.returncode}; see the output above")
             proc.wait()
         except KeyboardInterrupt:
-            typer.echo("stopping the MLflow UI")
+            _say("stopping the MLflow UI")
+            raise
         finally:
-            signal.signal(signal.SIGTERM, previous)
             stop_group(proc)
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+def _say(message: str) -> None:
+    """Print ``message``; a terminal that went away (SIGHUP) must not keep the server from stopping."""
+    try:
+        typer.echo(message)
+    except OSError:
+        pass
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
-    """SIGTERM the process group that ``proc`` leads (it was started in a new session), then
-    SIGKILL the group if ``proc`` has not exited after ``grace_s`` seconds."""
-    if proc.poll() is not None:
-        return
+    """SIGTERM the process group that ``proc`` leads (it was started in a new session), wait up to
+    ``grace_s`` seconds for the whole group to exit, then SIGKILL what is left of it.
+
+    The group, not only ``proc``: a server worker that outlives its parent would keep the port.
+    """
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=grace_s)
+    except ProcessLookupError:
+        proc.poll()
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader, so that an exited group reads as gone
+        if not _group_alive(proc.pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while some process of group ``pgid`` exists (signal 0 checks without sending)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
