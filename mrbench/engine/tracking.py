@@ -208,7 +208,7 @@ def reroot_moved_store(results: Path) -> int:
     return n_experiments
 
 
-def _reroot_own_store(uri: str) -> None:
+def reroot_own_store(uri: str) -> None:
     """:func:`reroot_moved_store` when ``uri`` is mrbench's own store (other stores are left alone)."""
     results = _own_results_folder(uri)
     if results is not None:
@@ -289,7 +289,7 @@ def check_tracking_reachable(uri: str) -> None:
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as exc:  # MLflow raises many types for an unreachable store
         raise UserError(f"cannot reach the MLflow tracking store {uri!r}: {_first_line(exc)}") from None
-    _reroot_own_store(uri)  # what runs next writes: after a move, to the folder the store is in now
+    reroot_own_store(uri)  # what runs next writes: after a move, to the folder the store is in now
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -398,7 +398,7 @@ def ensure_experiment(name: str, tracking_uri: str, *, client: Any = None) -> st
     from mlflow.tracking import MlflowClient
 
     client = client if client is not None else MlflowClient(tracking_uri=tracking_uri)
-    _reroot_own_store(tracking_uri)  # before a new run takes its location from the experiment's
+    reroot_own_store(tracking_uri)  # before a new run takes its location from the experiment's
     existing = client.get_experiment_by_name(name)
     if existing is not None:
         if existing.lifecycle_stage == "deleted":

@@ -77,12 +77,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start the MLflow UI on the tracking store (Ctrl-C stops it)."""
         from mrbench.core.errors import UserError
-        from mrbench.engine.tracking import resolve_tracking_uri
+        from mrbench.engine.tracking import reroot_own_store, resolve_tracking_uri
 
         uri = resolve_tracking_uri(tracking_uri)
         if uri.startswith(("http://", "https://")):
             typer.echo(f"the tracking store is already a server: open {uri}")
             return
+        reroot_own_store(uri)  # a moved results folder: the UI serves artifacts from where they are now
         if not 0 < port < 65536:
             raise UserError(f"--port {port} is not a valid port (1-65535)")
         if not port_free(port):
