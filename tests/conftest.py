@@ -66,3 +66,19 @@ def random_generator():
         return HFGenerator(model, tok, batch_size=1)
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _registries_restored():
+    """What a test registers (a ``module:attr`` name, a decorated plugin) does not leak into later
+    tests, which iterate every registered method or task."""
+    from mrbench.methods import METHODS
+    from mrbench.tasks import TASKS
+
+    saved = [
+        (r, dict(r._entries), dict(r._aliases), r._discovered, list(r.problems)) for r in (METHODS, TASKS)
+    ]
+    yield
+    for registry, entries, aliases, discovered, problems in saved:
+        registry._entries, registry._aliases = entries, aliases
+        registry._discovered, registry.problems = discovered, problems
