@@ -48,6 +48,7 @@ COMMAND_MODULES = (
     "mrbench.cli.commands.report",
     "mrbench.cli.commands.ui",
     "mrbench.cli.commands.simulate",
+    "mrbench.cli.commands.eval",
 )
 
 for _name in COMMAND_MODULES:

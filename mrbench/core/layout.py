@@ -326,3 +326,78 @@ def lab_metric(name: str) -> str:
 def lab_experiment(scenario: str) -> str:
     """The MLflow experiment of a lab scenario."""
     return LAB_EXPERIMENT_PREFIX + scenario
+
+
+# --- evaluation (``mrbench eval``) ------------------------------------------------------------
+# One run per evaluation of a model (a tiny preset, a hub id, a local folder, or a cell's saved
+# checkpoint) in experiment EVAL_EXPERIMENT unless another is named. Tags: role=eval, task,
+# task_version, model, primary_metric, lower_is_better, git_sha; for a cell's checkpoint also
+# method and eval_of (the cell's run id). Params: task, task.<setting>, model, model_path, seed,
+# eval.dataset, eval.limit, eval.samples. Metrics: eval/<metric> (step 0) and perf/wall_s,
+# perf/eval_s, perf/model_prepare_s. Artifact: EVAL_SAMPLES. An evaluation has no run_key tag,
+# so reports and resumed sweeps never take it for a cell.
+
+ROLE_EVAL = "eval"
+EVAL_OF = "eval_of"  # tag: id of the training run whose checkpoint was evaluated
+EVAL_EXPERIMENT = "mrbench-eval"
+PARAM_MODEL_PATH = "model_path"  # what was loaded: a folder or a hub id
+EVAL_PARAM = "eval."  # + dataset | limit | samples
+EVAL_SAMPLES = "eval/samples.jsonl"
+
+
+def eval_tags(
+    *,
+    task: str,
+    task_version: str,
+    model: str,
+    git_sha: str,
+    primary_metric: str,
+    lower_is_better: frozenset[str] | set[str],
+    method: str = "",
+    eval_of: str = "",
+) -> dict[str, str]:
+    """The tags of one evaluation run, keyed by their full MLflow names; ``method`` and ``eval_of``
+    only for a cell's checkpoint.
+
+    >>> sorted(eval_tags(task="t", task_version="1", model="tiny", git_sha="x", primary_metric="m",
+    ...                  lower_is_better=set(), eval_of="abc"))[:3]
+    ['mrbench.eval_of', 'mrbench.git_sha', 'mrbench.lower_is_better']
+    """
+    values = {
+        ROLE: ROLE_EVAL,
+        TASK: task,
+        TASK_VERSION: str(task_version),
+        MODEL: model,
+        GIT_SHA: git_sha,
+        PRIMARY_METRIC: primary_metric,
+        LOWER_IS_BETTER: join_list(sorted(lower_is_better)),
+    }
+    if method:
+        values[METHOD] = method
+    if eval_of:
+        values[EVAL_OF] = eval_of
+    return {tag(k): v for k, v in values.items()}
+
+
+def eval_params(
+    *,
+    task: str,
+    task_params: Mapping[str, object],
+    model: str,
+    model_path: str,
+    seed: int,
+    dataset: str,
+    limit: int,
+    samples: int,
+) -> dict[str, str]:
+    """The params of one evaluation run, every value as ``str``.
+
+    >>> eval_params(task="t", task_params={"n_eval": 4}, model="tiny", model_path="/m", seed=0,
+    ...             dataset="embedded", limit=2, samples=1)["eval.limit"]
+    '2'
+    """
+    flat = {PARAM_TASK: task, PARAM_MODEL: model, PARAM_MODEL_PATH: model_path, PARAM_SEED: str(seed)}
+    flat.update({TASK_PARAM + k: str(v) for k, v in task_params.items()})
+    options = {"dataset": dataset, "limit": limit, "samples": samples}
+    flat.update({EVAL_PARAM + k: str(v) for k, v in options.items()})
+    return flat

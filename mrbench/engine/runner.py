@@ -42,15 +42,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrbench.core import layout
-from mrbench.core.contracts import EvalResult, Sample, Task
+from mrbench.core.contracts import Sample, Task
 from mrbench.core.errors import UserError
 from mrbench.engine.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
 from mrbench.engine.config import RunSpec
-from mrbench.engine.tracking import RetryingClient, RunLog, TrackingUnavailable, ensure_experiment, git_sha
+from mrbench.engine.evaluation import evaluate_model, load_policy
+from mrbench.engine.tracking import (
+    RetryingClient,
+    RunLog,
+    TrackingUnavailable,
+    end_run_quietly,
+    ensure_experiment,
+    git_sha,
+)
 
 log = logging.getLogger(__name__)
-
-_EXIT_RETRY_S = 10.0  # how long a failed or interrupted cell tries to end its run before giving up
 
 
 @dataclass
@@ -178,16 +184,6 @@ def _grpo_config(spec: RunSpec, task: Task, output_dir: str, progress: bool, sav
     )
 
 
-def evaluate_model(task: Task, model: Any, tokenizer: Any, limit: int) -> EvalResult:
-    """The task's own evaluation of ``model`` with greedy decoding (first ``limit`` eval samples, 0 = all)."""
-    from mrbench.engine.generation import HFGenerator
-
-    samples = task.eval_samples()
-    if limit:
-        samples = samples[:limit]
-    return task.evaluate(HFGenerator(model, tokenizer), samples)
-
-
 def run_cell(
     spec: RunSpec,
     *,
@@ -259,7 +255,7 @@ def _run_cell(
     progress: bool,
 ) -> CellResult:
     import mrbench.methods as methods
-    from mrbench.engine.models import load_model, load_tokenizer, prepare_model
+    from mrbench.engine.models import prepare_model
     from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
     experiment_id = ensure_experiment(experiment, client.tracking_uri, client=client)
@@ -277,14 +273,10 @@ def _run_cell(
         t0 = time.perf_counter()
         model_path = prepare_model(spec.model)
         prepare_s = time.perf_counter() - t0
-        import torch
         from transformers import set_seed
 
         set_seed(spec.seed)
-        tokenizer = load_tokenizer(model_path)
-        model = load_model(model_path)
-        if torch.cuda.is_available():
-            model = model.to("cuda")
+        model, tokenizer = load_policy(model_path)
 
         t0 = time.perf_counter()
         before = evaluate_model(task, model, tokenizer, spec.train.eval_limit)
@@ -338,11 +330,11 @@ def _run_cell(
         run_log.json_artifact(trainer.diag_accumulator.summary(components), layout.DIAGNOSTICS_ARTIFACT)
         run_log.json_artifact(trainer.completion_log(), layout.COMPLETIONS_ARTIFACT)
     except KeyboardInterrupt:
-        _end_quietly(client, run_id, "KILLED")
+        end_run_quietly(client, run_id, "KILLED")
         folder.clear_pending()  # a cell that did not complete has nothing to log later
         raise
     except BaseException as exc:
-        _end_quietly(client, run_id, "FAILED", error=f"{type(exc).__name__}: {exc}")
+        end_run_quietly(client, run_id, "FAILED", error=f"{type(exc).__name__}: {exc}")
         folder.clear_pending()
         raise
     result = CellResult(
@@ -405,20 +397,6 @@ def _finish(run_log: RunLog, folder: CellFolder, record: dict[str, Any]) -> None
         log.warning("run %s: what it could not log is kept in %s", run_log.run_id, folder.pending)
         raise
     folder.clear_pending()
-
-
-def _end_quietly(client: RetryingClient, run_id: str, status: str, error: str | None = None) -> None:
-    """End a failed or interrupted cell's run ``status`` (with its ``error`` tag), trying an unreachable
-    store for a few seconds only: the cell's own exception is what the caller must see."""
-    quick = client.bounded(_EXIT_RETRY_S)
-    try:
-        try:
-            if error is not None:
-                quick.set_tag(run_id, layout.tag(layout.ERROR), error[:4000])
-        finally:
-            quick.set_terminated(run_id, status)
-    except TrackingUnavailable as exc:
-        log.warning("%s; run %s stays RUNNING in the store", exc, run_id)
 
 
 def dump_result(result: CellResult) -> str:

@@ -542,3 +542,20 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     return str(value)
+
+
+def end_run_quietly(
+    client: RetryingClient, run_id: str, status: str, error: str | None = None, *, retry_s: float = 10.0
+) -> None:
+    """End a failed or interrupted run ``status`` (with its ``error`` tag), trying an unreachable
+    store for ``retry_s`` only: the caller's own exception is what the user must see. If the store
+    stays away the run stays RUNNING, and a warning says so."""
+    quick = client.bounded(retry_s)
+    try:
+        try:
+            if error is not None:
+                quick.set_tag(run_id, layout.tag(layout.ERROR), error[:4000])
+        finally:
+            quick.set_terminated(run_id, status)
+    except TrackingUnavailable as exc:
+        log.warning("%s; run %s stays RUNNING in the store", exc, run_id)

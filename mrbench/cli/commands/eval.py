@@ -1,0 +1,104 @@
+"""``mrbench eval``: evaluate a model or a cell's checkpoint on a task, logged to MLflow."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mrbench.core import layout
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("eval")
+    def eval_cmd(
+        model: Annotated[
+            str,
+            typer.Option(
+                "--model",
+                help="Tiny preset, Hugging Face id, local model folder, or run:<run id> (the checkpoint "
+                "a cell saved, in the same --tracking-uri store).",
+            ),
+        ],
+        task: Annotated[
+            str, typer.Option("--task", help="Task (see `mrbench tasks`) or package.module:factory.")
+        ],
+        dataset: Annotated[
+            str | None,
+            typer.Option(
+                "--dataset",
+                help="Eval data: tool-calling embedded | bfcl | bfcl-<category>; code-generation "
+                "embedded | humaneval | mbpp | leetcode; agent-security embedded | agentdojo.",
+            ),
+        ] = None,
+        limit: Annotated[
+            int, typer.Option("--limit", help="Evaluate the first N eval samples (0 = all).")
+        ] = 0,
+        samples: Annotated[
+            int | None,
+            typer.Option(
+                "--samples",
+                help="Completions sampled per problem at temperature 1 (code-generation): unbiased pass@1 "
+                "and pass@k. Default 1.",
+            ),
+        ] = None,
+        seed: Annotated[
+            int | None,
+            typer.Option(
+                "--seed", help="The task's seed setting and the random seed (default: the task's, 0)."
+            ),
+        ] = None,
+        task_param: Annotated[
+            list[str] | None, typer.Option("--task-param", help="Task setting key=value (repeatable).")
+        ] = None,
+        tracking_uri: Annotated[
+            str | None,
+            typer.Option("--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."),
+        ] = None,
+        experiment: Annotated[
+            str, typer.Option("--experiment", help="MLflow experiment of the evaluation run.")
+        ] = layout.EVAL_EXPERIMENT,
+        json_output: Annotated[
+            bool,
+            typer.Option("--json", help="Print {model, task, dataset, n, metrics, run_id, wall_s} as JSON."),
+        ] = False,
+    ) -> None:
+        """Evaluate a model on a task (greedy; lm-eval, or the episode runner for agent security), as a
+        cell evaluates, and log the metrics and per-sample records as one MLflow run.
+
+        An unknown run id, a folder without weights, an unknown dataset or a bad setting exit 2
+        naming the value.
+        """
+        import json
+
+        from mrbench.engine.evaluation import EvalSpec, run_eval
+        from mrbench.engine.tracking import resolve_tracking_uri
+        from mrbench.kit.keyvalue import parse_key_values
+
+        spec = EvalSpec(
+            model=model,
+            task=task,
+            dataset=dataset,
+            limit=limit,
+            samples=samples,
+            seed=seed,
+            task_params=parse_key_values(task_param or [], flag="--task-param"),
+        )
+        uri = resolve_tracking_uri(tracking_uri)
+        try:
+            report = run_eval(spec, tracking_uri=uri, experiment=experiment)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (mrbench.core.interrupts)
+            typer.echo(f"\neval interrupted: its MLflow run (if started) is marked KILLED in {uri}", err=True)
+            raise
+        if json_output:
+            typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
+            return
+        of = f" (checkpoint of run {report.eval_of})" if report.eval_of else ""
+        typer.echo(
+            f"{report.model}{of} on {report.task}/{report.dataset or '-'}: {report.n} samples in "
+            f"{report.wall_s:.0f}s; run {report.run_id} (experiment {experiment!r}, store {uri})"
+        )
+        typer.echo(f"{'metric':<28}{'value':>10}")
+        for name in sorted(report.metrics):
+            mark = "  ← primary" if name == report.primary_metric else ""
+            typer.echo(f"{name:<28}{report.metrics[name]:>10.3f}{mark}")

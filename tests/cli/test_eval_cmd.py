@@ -1,0 +1,88 @@
+"""``mrbench eval`` through mrbench's own entry point (``mrbench.cli.app.main``: exit codes and
+one-line errors): ``--json`` prints one object, the table marks the primary metric, and values that
+cannot be evaluated exit 2 naming the value."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+from mrbench.cli import app as cli_app
+from mrbench.cli.commands import eval as eval_command
+
+
+def _cli() -> typer.Typer:
+    """The ``mrbench`` app when ``eval`` is registered in it, else an app holding ``eval`` alone."""
+    if "mrbench.cli.commands.eval" in cli_app.COMMAND_MODULES:
+        return cli_app.app
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+    @app.callback()
+    def _root() -> None:
+        """mrbench (eval only)."""
+
+    eval_command.register(app)
+    return app
+
+
+@pytest.fixture
+def mrbench_eval(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path, new_store):
+    """``mrbench_eval(*args)`` → ``(exit code, stdout, stderr)`` of ``mrbench eval ARGS`` on a fresh store."""
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    uri = new_store(tmp_path / "store")
+
+    def call(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["mrbench", "eval", *args, "--tracking-uri", uri])
+        with pytest.raises(SystemExit) as info:
+            cli_app.main(_cli())
+        out = capsys.readouterr()
+        return info.value.code, out.out, out.err
+
+    return call
+
+
+def test_json_prints_one_object(mrbench_eval, micro_model_dir) -> None:
+    code, out, err = mrbench_eval(
+        "--model", str(micro_model_dir), "--task", "tool-calling", "--limit", "2", "--json"
+    )
+    assert code == 0, err[-2000:]
+    report = json.loads(out)
+    assert set(report) == {"model", "task", "dataset", "n", "metrics", "run_id", "wall_s"}
+    assert (report["model"], report["task"], report["dataset"], report["n"]) == (
+        str(micro_model_dir),
+        "tool-calling",
+        "embedded",
+        2,
+    )
+    assert "exact_match" in report["metrics"] and report["run_id"] and report["wall_s"] > 0
+
+    code, out, err = mrbench_eval("--model", str(micro_model_dir), "--task", "tool-calling", "--limit", "1")
+    assert code == 0, err[-2000:]
+    assert "1 samples" in out and "exact_match" in out and "← primary" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--model", "run:0123abcd", "--task", "tool-calling"], "'run:0123abcd'"),
+        (["--model", "{no_weights}", "--task", "tool-calling"], "'{no_weights}'"),
+        (["--model", "tiny", "--task", "tool-calling", "--dataset", "bfcl-nope"], "'bfcl-nope'"),
+        (["--model", "tiny", "--task", "tool-calling", "--samples", "4"], "--samples 4"),
+    ],
+    ids=["unknown-run", "no-weights", "unknown-dataset", "greedy-task"],
+)
+def test_values_that_cannot_be_evaluated_exit_2_naming_them(
+    mrbench_eval, tmp_path: Path, args: list[str], says: str
+) -> None:
+    no_weights = tmp_path / "no-weights"
+    no_weights.mkdir()
+    (no_weights / "config.json").write_text("{}")
+    args = [a.format(no_weights=no_weights) for a in args]
+    code, out, err = mrbench_eval(*args)
+    assert code == 2, (out, err)
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert says.format(no_weights=no_weights) in err
