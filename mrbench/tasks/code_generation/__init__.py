@@ -7,7 +7,12 @@ Public API (the registry entry ``code-generation`` points at :func:`code_generat
 Importing this package loads no data and starts no process.
 """
 
-from mrbench.tasks.code_generation.evaluation import EVAL_METRICS, pass_at_k, pass_at_k_by_problem
+from mrbench.tasks.code_generation.evaluation import (
+    EVAL_METRICS,
+    SAMPLED_METRICS,
+    pass_at_k,
+    pass_at_k_by_problem,
+)
 from mrbench.tasks.code_generation.humaneval import humaneval_problems
 from mrbench.tasks.code_generation.problems import Problem, embedded_problems, embedded_split
 from mrbench.tasks.code_generation.rewards import (
@@ -24,6 +29,7 @@ __all__ = [
     "DATASETS",
     "EVAL_METRICS",
     "PAPER_WEIGHTS",
+    "SAMPLED_METRICS",
     "WEIGHT_PRESETS",
     "CodeGenerationTask",
     "CodeScorer",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import random
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,8 @@ class CodeGenerationTask(Task):
     """
 
     name = "code-generation"
-    version = "1"
-    primary_metric = "pass_at_1"
+    version = "2"  # 2: sampled pass@k in the evaluation; primary metric sampled_pass_at_1
+    primary_metric = "sampled_pass_at_1"
     lower_is_better: frozenset[str] = frozenset()
 
     def __init__(
@@ -97,6 +98,7 @@ class CodeGenerationTask(Task):
         seed: int,
         timeout_s: float,
         max_completion_tokens: int,
+        n_sampled: int,
     ) -> None:
         self.dataset = dataset
         self.eval_dataset = eval_dataset
@@ -105,12 +107,13 @@ class CodeGenerationTask(Task):
         self.n_eval = n_eval
         self.seed = seed
         self.max_completion_tokens = max_completion_tokens
+        self.n_sampled = n_sampled
         self.scorer = rewards.CodeScorer(self.problem_for, limits=Limits(timeout_s=timeout_s))
 
     def __repr__(self) -> str:
         return (
             f"CodeGenerationTask(dataset={self.dataset!r}, eval_dataset={self.eval_dataset!r}, "
-            f"n_train={self.n_train}, n_eval={self.n_eval}, seed={self.seed})"
+            f"n_train={self.n_train}, n_eval={self.n_eval}, seed={self.seed}, n_sampled={self.n_sampled})"
         )
 
     # -- data --------------------------------------------------------------------------------
@@ -155,26 +158,42 @@ class CodeGenerationTask(Task):
         return self.scorer.reward_components(self.weights)
 
     def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
-        """pass_at_1 (primary), executable_rate, efficiency, … of greedy completions through lm-eval."""
+        """sampled_pass_at_1 (primary) and sampled_pass_at_4 of ``n_sampled`` sampled completions
+        per problem (seed ``seed``), and pass_at_1, executable_rate, … of greedy completions
+        through lm-eval; see :mod:`.evaluation`."""
         return evaluation.evaluate(
             generator,
             self.eval_samples() if samples is None else list(samples),
-            self.outcome_of,
+            self.outcomes_of,
             max_new_tokens=self.max_completion_tokens,
             version=self.version,
+            n_sampled=self.n_sampled,
+            seed=self.seed,
         )
+
+    def outcomes_of(self, pairs: Sequence[tuple[Sample, str]]) -> list[rewards.Outcome | None]:
+        """Score (sample, completion) pairs together in the sandbox (concurrently, each distinct
+        completion once), in order; None where the sample names no known problem."""
+        problems = [
+            self.problem_for(str(s.columns.get("dataset")), str(s.columns.get("problem_id")))
+            for s, _ in pairs
+        ]
+        known = [(p, text) for p, (_, text) in zip(problems, pairs, strict=True) if p is not None]
+        scored = iter(self.scorer.score(known))
+        return [None if p is None else next(scored) for p in problems]
 
     def outcome_of(self, sample: Sample, completion: str) -> rewards.Outcome | None:
         """Score one completion of ``sample`` in the sandbox; None if the sample names no known problem."""
-        problem = self.problem_for(str(sample.columns.get("dataset")), str(sample.columns.get("problem_id")))
-        return None if problem is None else self.scorer.score([(problem, completion)])[0]
+        return self.outcomes_of([(sample, completion)])[0]
 
     def export_lm_eval(self, directory: str | Path, samples: list[Sample] | None = None) -> Path:
         """Write the eval set as an lm-eval task folder (for ``lm_eval --include_path``).
 
         Returns the YAML path; run e.g. ``lm_eval --model hf --model_args pretrained=PATH
         --include_path DIR --tasks mrbench_code_generation --apply_chat_template``. Completions
-        are scored by :func:`score_sample` in the same sandbox (default limits).
+        are scored by :func:`score_sample` in the same sandbox (default limits). The export
+        holds the greedy metrics (:data:`~.evaluation.EVAL_METRICS`); the sampled ones need
+        :meth:`evaluate` (or lm-eval's own sampling, aggregated with ``pass_at_k_by_problem``).
         """
         from mrbench.kit.lm_eval_bridge import export_lm_eval_task
 
@@ -261,6 +280,7 @@ def code_generation(
     seed: int = 0,
     timeout_s: float = 5.0,
     max_completion_tokens: int = 0,
+    n_sampled: int = 16,
 ) -> CodeGenerationTask:
     """Write Python functions run against tests in a sandbox; seven reward components.
 
@@ -273,9 +293,12 @@ def code_generation(
             ``component=value,…``; see :mod:`mrbench.tasks.code_generation.rewards`.
         n_train: training problems (None = the whole train split; else a seeded subset).
         n_eval: evaluation problems (None = all; else a seeded subset).
-        seed: seed of the subsets (the splits themselves are fixed).
+        seed: seed of the subsets (the splits themselves are fixed) and of the evaluation's
+            sampled completions (the same for every checkpoint, so they differ by their weights only).
         timeout_s: wall-clock limit per program run, seconds (the paper: 5).
         max_completion_tokens: generation budget; 0 = the dataset's default (64 embedded, 512/1024 otherwise).
+        n_sampled: completions sampled per evaluation problem (temperature 1) for the primary
+            metric ``sampled_pass_at_1`` and for ``sampled_pass_at_4`` (reported when >= 4).
     """
     eval_dataset = eval_dataset or dataset
     for key, value in (("dataset", dataset), ("eval_dataset", eval_dataset)):
@@ -284,6 +307,8 @@ def code_generation(
     for key, value in (("n_train", n_train), ("n_eval", n_eval)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{key} must be a positive integer or None, got {value!r}")
+    if isinstance(n_sampled, bool) or not isinstance(n_sampled, int) or n_sampled < 1:
+        raise ValueError(f"n_sampled must be a positive integer, got {n_sampled!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= 600:
@@ -303,4 +328,5 @@ def code_generation(
         seed=seed,
         timeout_s=float(timeout_s),
         max_completion_tokens=max_completion_tokens or DEFAULT_MAX_COMPLETION_TOKENS[dataset],
+        n_sampled=n_sampled,
     )

@@ -18,8 +18,10 @@ def task():
 
 
 def test_builds_through_the_registry_with_string_settings():
-    built = tasks.build_task("code-generation", {"n_train": "10", "weights": "paper", "timeout_s": "2"})
-    assert isinstance(built, CodeGenerationTask) and len(built.train_samples()) == 10
+    built = tasks.build_task(
+        "code-generation", {"n_train": "10", "weights": "paper", "timeout_s": "2", "n_sampled": "4"}
+    )
+    assert isinstance(built, CodeGenerationTask) and len(built.train_samples()) == 10 and built.n_sampled == 4
     assert built.reward_components()[4].weight == 0.6
     entry = tasks.get_task_entry("code-generation")
     assert entry.params["dataset"] == "embedded" and entry.params["weights"] == "equal"
@@ -28,7 +30,8 @@ def test_builds_through_the_registry_with_string_settings():
 def test_satisfies_the_task_contract_with_scoring(task):
     assert isinstance(task, Task) and task.score_datasets() == list(DATASETS)
     assert all(getattr(CodeGenerationTask, h) is not getattr(Task, h) for h in ("gold_items", "score_items"))
-    assert task.name == "code-generation" and task.primary_metric == "pass_at_1"
+    assert task.name == "code-generation" and task.primary_metric == "sampled_pass_at_1"
+    assert task.version == "2" and task.n_sampled == 16 and "n_sampled=16" in repr(task)
     assert task.max_completion_tokens == 64 and task.lower_is_better == frozenset()
     assert code_generation(dataset="humaneval").max_completion_tokens == 512
     assert code_generation(max_completion_tokens=80).max_completion_tokens == 80
@@ -50,6 +53,8 @@ def test_building_starts_nothing_and_loads_nothing():
         ({"timeout_s": 0}, "timeout_s must be"),
         ({"max_completion_tokens": -5}, "max_completion_tokens must be"),
         ({"seed": "x"}, "seed must be an integer"),
+        ({"n_sampled": 0}, "n_sampled must be a positive integer, got 0"),
+        ({"n_sampled": True}, "n_sampled must be a positive integer"),
     ],
 )
 def test_bad_settings_name_the_value_and_the_choices(kwargs, message):
@@ -131,3 +136,21 @@ def test_score_items_reports_bad_items_per_item(task):
     assert task.score_datasets() == list(DATASETS)
     assert task.problem_for("embedded", "add_3").entry_point == "add_3"
     assert task.problem_for("embedded", "nope") is None and task.problem_for("apps", "x") is None
+
+
+def test_outcomes_of_scores_pairs_together_in_order(task):
+    samples = {s.columns["problem_id"]: s for s in task.train_samples()}
+    gold = task.problem_for("embedded", "add_3").gold_completion()
+    unknown = Sample(id="embedded:nope", prompt=[], columns={"problem_id": "nope", "dataset": "embedded"})
+    pairs = [
+        (samples["add_3"], gold),
+        (unknown, gold),
+        (samples["add_3"], "no code"),
+        (samples["add_3"], gold),
+    ]
+    outcomes = task.outcomes_of(pairs)
+    assert [o and o.status for o in outcomes] == ["passed", None, "syntax_error", "passed"]
+    assert outcomes[0] is outcomes[3]  # one sandbox run per distinct completion
+    assert (
+        task.outcome_of(samples["add_3"], gold).status == "passed" and task.outcome_of(unknown, gold) is None
+    )
