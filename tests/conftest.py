@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
 import pytest
 
 from mrbench.engine.models import TinyPreset, build_tiny_model
+
+# Tests keep their network traffic on loopback. A local Ray (2.60) otherwise binds the machine's
+# network address; this switch, read once when Ray is imported, keeps it on 127.0.0.1. The opt-in
+# two-node cluster test (tests/sweeps/test_ray_executor.py) needs the network address.
+if os.environ.get("MRBENCH_TEST_RAY_CLUSTER") != "1":
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 # Smaller than the smallest preset and warm-started briefly: enough for trainer plumbing tests.
 MICRO = TinyPreset(32, 1, 2, 1, 64, sft_steps=30, sft_lr=5e-3, vocab_size=400, max_position_embeddings=256)

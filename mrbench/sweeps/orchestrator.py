@@ -194,7 +194,14 @@ def run_sweep(
         if spec.executor == "ray":
             from mrbench.sweeps.executors.ray import run_ray
 
-            results = run_ray(todo, ctx, progress, address=spec.ray_address, gpus_per_cell=spec.gpus_per_cell)
+            results = run_ray(
+                todo,
+                ctx,
+                progress,
+                address=spec.ray_address,
+                gpus_per_cell=spec.gpus_per_cell,
+                cpus_per_cell=spec.cpus_per_cell,
+            )
         elif workers > 1:
             results = run_processes(todo, ctx, workers, progress)
         else:

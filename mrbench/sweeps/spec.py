@@ -17,7 +17,8 @@ A YAML sweep file (every key optional; unknown keys are an error)::
     workers: 1                   # cells at a time on this machine (separate processes when > 1)
     executor: local              # or ray
     ray_address: null            # ray.init(address=...) for --executor ray; null = local Ray
-    gpus_per_cell: 0             # Ray resources per cell
+    gpus_per_cell: 0             # Ray resources per cell: GPUs
+    cpus_per_cell: 1             # and CPUs (also the cell's thread count)
     report: true                 # write the report when the sweep ends
 
 A file that is empty, not UTF-8, not YAML, repeats a key, or lists a method, task, model or seed
@@ -117,6 +118,8 @@ class SweepSpec:
     """Ray cluster address for ``executor: ray``; None starts or joins a local Ray."""
     gpus_per_cell: float = 0.0
     """GPUs requested per cell from Ray."""
+    cpus_per_cell: float = 1.0
+    """CPUs requested per cell from Ray; its whole part is the cell's thread count."""
     report: bool = True
     """Write the report when the sweep ends."""
     preset: str | None = None
@@ -188,6 +191,7 @@ _KEYS = (
     "executor",
     "ray_address",
     "gpus_per_cell",
+    "cpus_per_cell",
     "report",
 )
 
@@ -342,6 +346,11 @@ def apply_settings(
         if isinstance(gpus, bool) or not isinstance(gpus, int | float) or gpus < 0:
             raise _bad("gpus_per_cell", source, "a number ≥ 0", gpus)
         changes["gpus_per_cell"] = float(gpus)
+    if "cpus_per_cell" in data:
+        cpus = data["cpus_per_cell"]
+        if isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0:
+            raise _bad("cpus_per_cell", source, "a number > 0", cpus)
+        changes["cpus_per_cell"] = float(cpus)
     if "report" in data:
         if not isinstance(data["report"], bool):
             raise _bad("report", source, "true or false", data["report"])

@@ -408,18 +408,6 @@ def test_sigkill_of_a_sweep_with_workers_leaves_no_orphan_to_finish_twice(store:
     assert len(after) == 3 and all(v.count("FINISHED") == 1 for v in after.values()), after
 
 
-@pytest.mark.slow
-def test_ray_executor_runs_cells_as_ray_tasks(store: str) -> None:
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        outcome = sweep(small("ray", seeds=(0,), executor="ray"), store)
-    finally:
-        ray.shutdown()
-    assert [o.status for o in outcome.outcomes] == ["FINISHED", "FINISHED"]
-    assert_exactly_once_finished(store, "ray", [c.key for c in outcome.grid.cells])
-
-
 def test_ray_missing_or_local_cell_functions_give_clear_errors(store: str) -> None:
     with pytest.raises(UserError, match="module-level function"):
         callable_path(lambda spec: spec)
