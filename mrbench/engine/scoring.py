@@ -152,10 +152,7 @@ def score_task(
         )
     if gold and dataset is None:
         raise UserError("--gold needs --dataset NAME")
-    try:
-        task = build_task(task_name, task_params)
-    except ValueError as exc:  # unknown task or setting (RegistryError is a ValueError)
-        raise UserError(str(exc)) from None
+    task = build_task(task_name, task_params)  # a bad name or setting is a UserError already
     try:
         return _score(task, task_name, input_path, dataset)
     finally:
