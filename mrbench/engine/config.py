@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrbench.core import layout
 from mrbench.core.errors import UserError
 
 RUN_KEY_VERSION = 1  # bump when the meaning of a spec field changes, to invalidate old run keys
@@ -131,18 +132,16 @@ class RunSpec:
         return f"{self.method}|{self.task}|{self.model}|s{self.seed}"
 
     def flat_params(self) -> dict[str, str]:
-        """MLflow params: ``method``, ``method.<hp>``, ``task``, ``task.<setting>``, ``model``, ``seed``,
-        ``train.<field>``."""
-        flat: dict[str, str] = {
-            "method": self.method,
-            "task": self.task,
-            "model": self.model,
-            "seed": str(self.seed),
-        }
-        flat.update({f"method.{k}": str(v) for k, v in self.method_params.items()})
-        flat.update({f"task.{k}": str(v) for k, v in self.task_params.items()})
-        flat.update({f"train.{k}": str(v) for k, v in dataclasses.asdict(self.train).items()})
-        return flat
+        """MLflow params of the cell (names from :func:`mrbench.core.layout.cell_params`)."""
+        return layout.cell_params(
+            method=self.method,
+            task=self.task,
+            model=self.model,
+            seed=self.seed,
+            method_params=self.method_params,
+            task_params=self.task_params,
+            train=dataclasses.asdict(self.train),
+        )
 
 
 def resolve_spec(

@@ -95,19 +95,6 @@ def cell_tags(spec: RunSpec, task: Task, sweep: str | None) -> dict[str, str]:
     )
 
 
-def cell_params(spec: RunSpec) -> dict[str, str]:
-    """The MLflow params of a cell: names, hyper-parameters, task settings and training settings."""
-    return layout.cell_params(
-        method=spec.method,
-        task=spec.task,
-        model=spec.model,
-        seed=spec.seed,
-        method_params=spec.method_params,
-        task_params=spec.task_params,
-        train=dataclasses.asdict(spec.train),
-    )
-
-
 class MlflowStepLogger:
     """A ``TrainerCallback``: forwards TRL's per-step logs to the cell's run through its :class:`RunLog`.
 
@@ -267,7 +254,7 @@ def _run_cell(
     run_log = RunLog(client, run_id, folder.pending)
     steps = spec.train.steps
     try:
-        run_log.params({**cell_params(spec), layout.PARAM_SAVE: str(save_mode)})
+        run_log.params({**spec.flat_params(), layout.PARAM_SAVE: str(save_mode)})
         run_log.json_artifact({**spec.to_dict(), "run_key": spec.run_key()}, layout.CONFIG_ARTIFACT)
 
         t0 = time.perf_counter()

@@ -6,7 +6,7 @@ from mlflow.tracking import MlflowClient
 
 import mrbench.core.layout as layout
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.runner import MlflowStepLogger, cell_params, cell_tags
+from mrbench.engine.runner import MlflowStepLogger, cell_tags
 from mrbench.engine.tracking import RetryingClient, RunLog, ensure_experiment
 from mrbench.tasks import build_task
 
@@ -17,10 +17,16 @@ def _spec():
     return resolve_spec("gdpo", "tool-calling", "tiny", 3, task_params=TASK_PARAMS, train={"steps": "2"})
 
 
-def test_cell_params_are_the_specs_params() -> None:
+def test_cell_params_name_every_setting() -> None:
     spec = _spec()
-    params = cell_params(spec)
-    assert params == spec.flat_params()
+    params = spec.flat_params()
+    assert (params["method"], params["task"], params["model"], params["seed"]) == (
+        "gdpo",
+        "tool-calling",
+        "tiny",
+        "3",
+    )
+    assert {k.split(".")[0] for k in params} == {"method", "task", "model", "seed", "train"}
     assert params["method.eps"] == "1e-06" and params["train.steps"] == "2" and params["task.n_eval"] == "4"
 
 
