@@ -60,6 +60,9 @@ PRIMARY_METRIC = "primary_metric"
 LOWER_IS_BETTER = "lower_is_better"
 REWARD_COMPONENTS = "reward_components"
 ERROR = "error"
+# The run whose pre-training evaluation this cell reused (mrbench.engine.eval_cache); absent when
+# the cell computed its own.
+EVAL_BEFORE_FROM = "eval_before_from"
 
 # Sweep parent-run tags.
 ROLE = "role"

@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrbench.core import layout
-from mrbench.core.contracts import Sample, Task
+from mrbench.core.contracts import EvalResult, Sample, Task
 from mrbench.core.errors import UserError
+from mrbench.engine import eval_cache
 from mrbench.engine.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
 from mrbench.engine.config import RunSpec
 from mrbench.engine.evaluation import evaluate_model, load_policy
@@ -266,7 +267,7 @@ def _run_cell(
         model, tokenizer = load_policy(model_path)
 
         t0 = time.perf_counter()
-        before = evaluate_model(task, model, tokenizer, spec.train.eval_limit)
+        before = _evaluate_before(spec, task, model_path, model, tokenizer, run_id, run_log)
         eval_s = time.perf_counter() - t0
         run_log.metrics(
             {layout.eval_before_metric(k): v for k, v in before.metrics.items()}
@@ -337,6 +338,21 @@ def _run_cell(
     # The cell is complete: from here on nothing it computed may be lost.
     _finish(run_log, folder, {"run_id": run_id, "tracking_uri": client.tracking_uri, "result": result})
     return result
+
+
+def _evaluate_before(
+    spec: RunSpec, task: Task, model_path: str, model: Any, tokenizer: Any, run_id: str, run_log: RunLog
+) -> EvalResult:
+    """The pre-training evaluation: read from :mod:`mrbench.engine.eval_cache` when another cell of
+    the same (model, task settings, eval limit) computed it, else computed and stored there."""
+    key = eval_cache.cache_key(model_path, spec.task, task.version, spec.task_params, spec.train.eval_limit)
+    cached = eval_cache.read(key)
+    if cached is not None:
+        run_log.tags({layout.tag(layout.EVAL_BEFORE_FROM): cached.run_id})
+        return EvalResult(metrics=cached.metrics, samples=cached.samples)
+    before = evaluate_model(task, model, tokenizer, spec.train.eval_limit)
+    eval_cache.write(key, dict(before.metrics), before.samples, run_id)
+    return before
 
 
 def _outage_message(exc: TrackingUnavailable, run_id: str, folder: CellFolder, checkpoint: str) -> str:

@@ -93,6 +93,12 @@ def header(ctx: ReportContext) -> list[str]:
         + ", ".join(f"{k} seeds: {v} cells" for k, v in sorted(seed_counts.items(), reverse=True))
         + " |"
     )
+    reused = sum(1 for r in runs if layout.read_tag(r.tags, layout.EVAL_BEFORE_FROM))
+    if reused:
+        lines.append(
+            f"| pre-training evaluation | computed once per (model, task settings) and reused by {reused} of "
+            f"{len(runs)} runs (their `{layout.tag(layout.EVAL_BEFORE_FROM)}` tag names the run that computed it) |"
+        )
     lines.append(
         f"| statistics | mean and IQM (mean of the middle 50 %) over seeds; 95 % percentile CIs from a "
         f"stratified bootstrap over seeds ({ctx.reps} resamples, numpy seed {ctx.seed}); "

@@ -25,7 +25,7 @@ def test_default_is_the_smoke_preset() -> None:
     assert spec.name == "smoke"
     assert spec.methods == ("grpo", "gdpo", "corrgrpo")
     assert spec.tasks == ("code-generation", "tool-calling", "agent-security")
-    assert spec.models == ("tiny",) and spec.seeds == (0,)
+    assert spec.models == ("tiny",) and spec.seeds == (0, 1, 2)
     assert spec.workers == 1 and spec.executor == "local" and spec.report
 
 

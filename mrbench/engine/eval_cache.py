@@ -1,0 +1,103 @@
+"""The pre-training evaluation, computed once per (model, task, eval split) and reused.
+
+Every method and seed of a sweep starts from the same policy and evaluates it on the same eval
+split with deterministic decoding (greedy, or sampling at the task's fixed eval seed), so the
+"before" numbers of a (model, task settings, eval limit) are one value, not one per cell. The
+first cell to evaluate writes it here; later cells read it back, log the same metrics and
+samples, and tag their run with the run that computed it (``layout.EVAL_BEFORE_FROM_TAG``), so
+the report can say how often it was reused.
+
+    <results>/eval_cache/<key>.json   {"key_fields": ..., "metrics": ..., "samples": ..., "run_id": ...}
+
+The key hashes the model's files (name, size and modification time of every file in the model
+folder: a rebuilt model gets a new key), the task's name, version and settings, and the eval
+limit. Only local model folders are cached: a hub id can resolve to new weights without its
+name changing, so those cells evaluate as before. Writes are atomic (rename into place), so two
+workers that evaluate the same key at once both write a complete, identical entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mrbench.engine.tracking import results_dir
+
+CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CachedEval:
+    """A pre-training evaluation read back from the cache."""
+
+    metrics: dict[str, float]
+    samples: list[dict[str, Any]]
+    run_id: str
+    """The run that computed it."""
+
+
+def model_fingerprint(model_path: str) -> str | None:
+    """A digest of a local model folder's files, or ``None`` for anything else (a hub id)."""
+    folder = Path(model_path)
+    if not folder.is_dir():
+        return None
+    entries = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        st = path.stat()
+        entries.append([str(path.relative_to(folder)), st.st_size, st.st_mtime_ns])
+    return hashlib.sha256(json.dumps([str(folder.resolve()), entries]).encode()).hexdigest()
+
+
+def cache_key(
+    model_path: str, task: str, version: str, task_params: dict[str, Any], eval_limit: int
+) -> str | None:
+    """The cache key of one pre-training evaluation, or ``None`` when it must not be cached."""
+    fingerprint = model_fingerprint(model_path)
+    if fingerprint is None:
+        return None
+    fields = {
+        "cache_version": CACHE_VERSION,
+        "model": fingerprint,
+        "task": task,
+        "task_version": version,
+        "task_params": task_params,
+        "eval_limit": eval_limit,
+    }
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _path(key: str) -> Path:
+    return results_dir() / "eval_cache" / f"{key}.json"
+
+
+def read(key: str | None) -> CachedEval | None:
+    """The cached evaluation of ``key``; ``None`` when absent, unreadable or not cacheable."""
+    if key is None:
+        return None
+    try:
+        data = json.loads(_path(key).read_text())
+        return CachedEval(metrics=dict(data["metrics"]), samples=list(data["samples"]), run_id=data["run_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or damaged: evaluate again (and overwrite it)
+
+
+def write(key: str | None, metrics: dict[str, float], samples: list[dict[str, Any]], run_id: str) -> None:
+    """Store one evaluation under ``key`` (no-op for ``None``); atomic, so readers never see half."""
+    if key is None:
+        return
+    target = _path(key)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps({"metrics": metrics, "samples": samples, "run_id": run_id})
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(payload)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

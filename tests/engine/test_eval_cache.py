@@ -1,0 +1,85 @@
+"""The pre-training evaluation is computed once per (model, task settings, eval limit) and reused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mrbench.core import layout
+from mrbench.engine import eval_cache
+from mrbench.engine.config import resolve_spec
+from mrbench.engine.runner import run_cell
+
+TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
+TRAIN = {"steps": "1", "num_generations": "2", "prompts_per_step": "2", "eval_limit": "4"}
+
+
+@pytest.fixture
+def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "results"
+    monkeypatch.setenv("MRBENCH_RESULTS", str(path))
+    return path
+
+
+def _model(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"\0" * 16)
+    return folder
+
+
+def test_key_depends_on_model_files_task_settings_and_limit(tmp_path: Path) -> None:
+    model = _model(tmp_path)
+    key = eval_cache.cache_key(str(model), "tool-calling", "3", {"n_eval": "4"}, 4)
+    assert key is not None
+    assert key == eval_cache.cache_key(str(model), "tool-calling", "3", {"n_eval": "4"}, 4)
+    others = {
+        eval_cache.cache_key(str(model), "code-generation", "3", {"n_eval": "4"}, 4),
+        eval_cache.cache_key(str(model), "tool-calling", "4", {"n_eval": "4"}, 4),
+        eval_cache.cache_key(str(model), "tool-calling", "3", {"n_eval": "8"}, 4),
+        eval_cache.cache_key(str(model), "tool-calling", "3", {"n_eval": "4"}, 0),
+    }
+    assert key not in others and len(others) == 4
+    (model / "model.safetensors").write_bytes(b"\1" * 17)  # a rebuilt model is a new key
+    assert eval_cache.cache_key(str(model), "tool-calling", "3", {"n_eval": "4"}, 4) != key
+
+
+def test_hub_ids_are_not_cached(tmp_path: Path, results: Path) -> None:
+    assert eval_cache.cache_key("Qwen/Qwen2.5-0.5B", "tool-calling", "3", {}, 0) is None
+    eval_cache.write(None, {"m": 1.0}, [], "run")  # a no-op, not an error
+    assert eval_cache.read(None) is None and not (results / "eval_cache").exists()
+
+
+def test_round_trip_and_damaged_entries(tmp_path: Path, results: Path) -> None:
+    key = eval_cache.cache_key(str(_model(tmp_path)), "tool-calling", "3", {}, 0)
+    assert eval_cache.read(key) is None
+    eval_cache.write(key, {"exact_match": 0.25}, [{"id": "a", "completion": "x"}], "run-1")
+    cached = eval_cache.read(key)
+    assert cached == eval_cache.CachedEval({"exact_match": 0.25}, [{"id": "a", "completion": "x"}], "run-1")
+    path = next((results / "eval_cache").glob("*.json"))
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    path.write_text('{"metrics": ')  # a truncated entry is evaluated again, never trusted
+    assert eval_cache.read(key) is None
+
+
+def test_second_cell_reuses_the_first_cells_evaluation(micro_model_dir, tmp_path, results) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    model = str(micro_model_dir)
+    first = resolve_spec("grpo", "tool-calling", model, 0, task_params=TASK_PARAMS, train=TRAIN)
+    second = resolve_spec("gdpo", "tool-calling", model, 1, task_params=TASK_PARAMS, train=TRAIN)
+    a = run_cell(first, tracking_uri=uri, experiment="cache", progress=False, save="none")
+    b = run_cell(second, tracking_uri=uri, experiment="cache", progress=False, save="none")
+    assert a.metrics_before == b.metrics_before
+
+    client = MlflowClient(uri)
+    run_a, run_b = client.get_run(a.run_id), client.get_run(b.run_id)
+    assert layout.tag(layout.EVAL_BEFORE_FROM) not in run_a.data.tags  # computed its own
+    assert run_b.data.tags[layout.tag(layout.EVAL_BEFORE_FROM)] == a.run_id
+    before = [layout.eval_before_metric(k) for k in a.metrics_before]
+    assert {k: run_b.data.metrics[k] for k in before} == {k: run_a.data.metrics[k] for k in before}
+    # The reused samples are logged in full, as if computed.
+    paths_b = {f.path for f in client.list_artifacts(b.run_id, "eval")}
+    assert layout.EVAL_SAMPLES_BEFORE in paths_b
