@@ -296,6 +296,7 @@ REPORT_DIR = "report"  # on the parent run: the generated report
 
 PARAM_SAVE = "save"  # none | final | every:N
 PARAM_CHECKPOINT_DIR = "checkpoint_dir"  # absolute path of the saved policy + tokenizer; only once saved
+PARAM_N_PARAMS = "n_params"  # the policy's parameter count (the report's model-size axis)
 CHECKPOINT_SIZE_MB = "checkpoint/size_mb"  # size of that folder, at the last step
 
 

@@ -265,6 +265,7 @@ def _run_cell(
 
         set_seed(spec.seed)
         model, tokenizer = load_policy(model_path)
+        run_log.params({layout.PARAM_N_PARAMS: str(sum(p.numel() for p in model.parameters()))})
 
         t0 = time.perf_counter()
         before = _evaluate_before(spec, task, model_path, model, tokenizer, run_id, run_log)
