@@ -245,6 +245,10 @@ def log_synthetic_run(
     return run_id
 
 
+# Parameter counts the fake cells log for the tiny presets (other models log none, like older runs).
+FAKE_SIZES = {"tiny": 560_000, "tiny-s": 1_900_000, "tiny-m": 8_400_000, "tiny-l": 32_500_000}
+
+
 def _log_body(
     client: Any,
     run_id: str,
@@ -266,6 +270,8 @@ def _log_body(
     metrics += [Metric(layout.eval_metric(k), v, now + 1, spec.train.steps) for k, v in after.items()]
     metrics.append(Metric(layout.PERF_WALL_S, 1.0, now + 1, spec.train.steps))
     params = [Param(k, v) for k, v in spec.flat_params().items()]
+    if spec.model in FAKE_SIZES:  # as the runner logs the loaded policy's size
+        params.append(Param(layout.PARAM_N_PARAMS, str(FAKE_SIZES[spec.model])))
     for start in range(0, max(len(metrics), 1), 1000):
         client.log_batch(run_id, metrics=metrics[start : start + 1000], params=params if start == 0 else [])
     if diagnostics:

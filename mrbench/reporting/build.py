@@ -34,6 +34,7 @@ from mrbench.reporting.figures import FigureQueue, remove_old_figures
 from mrbench.reporting.findings import findings
 from mrbench.reporting.render import config_details, header, warnings
 from mrbench.reporting.results import results
+from mrbench.reporting.scaling import scaling_section
 from mrbench.reporting.store import Reader, RunRecord, local_artifact_path, open_reader
 
 
@@ -47,6 +48,7 @@ def write_report(ctx: ReportContext, out: Path, workers: int | None = None) -> t
         lines += ["No FINISHED runs yet: nothing to compare.", ""]
     else:
         lines += results(ctx, figures)
+        lines += scaling_section(ctx, figures)
         lines += pareto_section(ctx, figures)
         lines += why_section(ctx, figures)
         lines += improvement_section(ctx)

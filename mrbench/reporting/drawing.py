@@ -22,6 +22,7 @@ FIGURES = {
     "pareto_plot": plots.pareto_plot,
     "correlation_heatmaps": plots.correlation_heatmaps,
     "advantage_share_bars": plots.advantage_share_bars,
+    "scaling_plot": plots.scaling_plot,
 }
 """The figure kinds a :class:`FigureJob` can name (functions of :mod:`mrbench.reporting.plots`)."""
 

@@ -22,7 +22,7 @@ from mrbench.core import layout
 from mrbench.reporting import stats
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.drawing import FigureJob, render
-from mrbench.reporting.plots import Band, ParetoPoint, method_colors
+from mrbench.reporting.plots import Band, ParetoPoint, ScalingSeries, method_colors
 from mrbench.reporting.select import TaskInfo
 from mrbench.reporting.store import History, RunRecord
 
@@ -32,7 +32,7 @@ PARETO_AXES = {  # the trade-off each domain is about; other tasks use their fir
     "agent-security": ("utility", "safety"),
     "tool-calling": ("values", "format"),
 }
-FIGURE_PATTERNS = ("curves-*.png", "pareto-*.png", "corr-*.png", "share-*.png")
+FIGURE_PATTERNS = ("curves-*.png", "pareto-*.png", "corr-*.png", "share-*.png", "scaling-*.png")
 TOTAL_REWARD_PANEL = "total reward (weighted)"
 
 
@@ -198,6 +198,13 @@ class FigureQueue:
         path = self.out / f"share-{slug(task)}.png"
         title = f"{task}: share of the advantage per component"
         self._queue("advantage_share_bars", path, shares, components, title=title, colors=self.colors)
+        return path
+
+    def scaling(self, task: str, series: dict[str, ScalingSeries], metric: str) -> Path:
+        """Queue a task's model-size scaling figure; return the PNG's path."""
+        path = self.out / f"scaling-{slug(task)}.png"
+        title = f"{task}: {metric} vs model size (mean, 95 % CI)"
+        self._queue("scaling_plot", path, series, metric=metric, title=title, colors=self.colors)
         return path
 
     def _queue(self, kind: str, path: Path, *args: Any, **kwargs: Any) -> None:

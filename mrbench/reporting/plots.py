@@ -371,3 +371,44 @@ def advantage_share_bars(
     ax.set_xticklabels(components, rotation=30, ha="right", fontsize=7)
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
+
+
+@dataclass(frozen=True)
+class ScalingSeries:
+    """One method's metric against model size: ``n_params``, ``mean``, ``low``, ``high`` are each
+    ``[M]`` (one entry per model, in increasing size)."""
+
+    n_params: list[float]
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+
+
+def scaling_plot(
+    path: Path,
+    series: Mapping[str, ScalingSeries],
+    *,
+    metric: str,
+    title: str,
+    colors: Mapping[str, Any] | None = None,
+) -> Path:
+    """The primary metric against parameter count (log axis): one line per method through its
+    per-model means, with the 95 % CI of each as a vertical bar."""
+    from matplotlib.collections import LineCollection
+
+    methods = list(series)
+    colors = colors or method_colors(methods)
+    fig, (ax,) = _panels(1, max_cols=1, panel=(5.0, 2.8), bottom=0.75)
+    for name, s in series.items():
+        ax.plot(s.n_params, s.mean, "-o", color=colors.get(name), ms=4, lw=1.2)
+        bars = [[(x, lo), (x, hi)] for x, lo, hi in zip(s.n_params, s.low, s.high, strict=True)]
+        ax.add_collection(LineCollection(bars, colors=colors.get(name), linewidths=1.0, alpha=0.7))
+    ax.set_xscale("log")
+    ax.autoscale_view()
+    _style(ax, "", "parameters (log scale)", metric)
+    from matplotlib.ticker import LogLocator
+
+    ax.xaxis.set_major_locator(LogLocator())  # _style's linear locator does not suit a log axis
+    _legend_below(fig, [_line_handle(colors.get(m)) for m in methods], methods)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)

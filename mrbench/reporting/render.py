@@ -96,8 +96,9 @@ def header(ctx: ReportContext) -> list[str]:
     reused = sum(1 for r in runs if layout.read_tag(r.tags, layout.EVAL_BEFORE_FROM))
     if reused:
         lines.append(
-            f"| pre-training evaluation | computed once per (model, task settings) and reused by {reused} of "
-            f"{len(runs)} runs (their `{layout.tag(layout.EVAL_BEFORE_FROM)}` tag names the run that computed it) |"
+            f"| pre-training evaluation | computed once per (model, task settings) and reused by {reused} "
+            f"of {len(runs)} runs (their `{layout.tag(layout.EVAL_BEFORE_FROM)}` tag names the run that "
+            "computed it) |"
         )
     lines.append(
         f"| statistics | mean and IQM (mean of the middle 50 %) over seeds; 95 % percentile CIs from a "
