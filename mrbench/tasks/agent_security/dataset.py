@@ -18,10 +18,13 @@ from typing import NamedTuple, TypeVar
 from mrbench.core.contracts import Message, Sample
 from mrbench.tasks.agent_security.agentdojo_suites import AgentDojoCase, list_cases, split_cases
 from mrbench.tasks.agent_security.episode import Limits
+from mrbench.tasks.agent_security.external import DATASETS as EXTERNAL
+from mrbench.tasks.agent_security.external import ExternalCase
 from mrbench.tasks.agent_security.scenarios import SCENARIO_KEY, Scenario, generate, prompt_messages
 
 T = TypeVar("T")
-DATASETS = ("embedded", "agentdojo")
+DATASETS = ("embedded", "agentdojo", *EXTERNAL)
+"""``injecagent`` and ``asb`` are evaluation-only, read from the task's ``data_path`` (:mod:`.external`)."""
 
 
 class DatasetDefaults(NamedTuple):
@@ -40,6 +43,10 @@ DEFAULTS = {
     # The paper runs AgentDojo with ≤ 8 turns; its suites list each user task once clean and
     # once per (injection task, attack), so about 1 case in 20 is clean.
     "agentdojo": DatasetDefaults(8, 512, 8000, 8000, 100, None),
+    # InjecAgent: one decision after the injected tool result (data stealing: two attacker calls);
+    # ASB: the agent's few tools, then an answer. Both are evaluation sets only.
+    "injecagent": DatasetDefaults(4, 512, 8000, 8000, 100, None),
+    "asb": DatasetDefaults(6, 512, 8000, 8000, 100, None),
 }
 
 
@@ -112,8 +119,10 @@ class SampleSet:
         styles: list[str],
         suites: list[str],
         clean_share: float | None,
+        data_path: str = "",
     ) -> None:
         self.dataset, self.single_turn, self.limits = dataset, single_turn, limits
+        self.data_path = data_path
         self.n_train, self.n_eval, self.seed = n_train, n_eval, seed
         self.styles, self.suites, self.clean_share = styles, suites, clean_share
         self._splits: tuple[list[Sample], list[Sample]] | None = None
@@ -123,8 +132,30 @@ class SampleSet:
     def splits(self) -> tuple[list[Sample], list[Sample]]:
         """(train, eval) samples; deterministic for the settings, grouped apart by user goal."""
         if self._splits is None:
-            self._splits = self._embedded() if self.dataset == "embedded" else self._agentdojo()
+            if self.dataset in EXTERNAL:
+                self._splits = ([], [self._external_sample(c) for c in self.external_cases()[: self.n_eval]])
+            else:
+                self._splits = self._embedded() if self.dataset == "embedded" else self._agentdojo()
         return self._splits
+
+    def external_cases(self) -> list[ExternalCase]:
+        """Every case of an external benchmark (``data_path``), in a seeded order: the first
+        ``n_eval`` then mix the benchmark's kinds (agents, attack types) instead of taking one."""
+        if self.dataset == "injecagent":
+            from mrbench.tasks.agent_security.injecagent import injecagent_cases
+
+            cases = injecagent_cases(self.data_path)
+        else:
+            from mrbench.tasks.agent_security.asb import asb_cases
+
+            cases = asb_cases(self.data_path)
+        random.Random(f"{self.dataset}/{self.seed}").shuffle(cases)
+        return cases
+
+    def _external_sample(self, case: ExternalCase) -> Sample:
+        return self._sample(
+            case.id, case.to_json(), case.initial_messages(), [], case.goal, case.style, case.goal
+        )
 
     def scenario_for_prompt(self, prompt: Sequence[Message]) -> str:
         """The ``scenario`` JSON of a sample prompt (by its ``scenario_id`` key, else by its text)."""

@@ -48,8 +48,12 @@ INVALID_POLICIES = ("penalize", "unscorable")
 
 
 def build_environment(scenario: str) -> Environment:
-    """A fresh environment for a ``scenario`` column value (embedded or AgentDojo JSON)."""
+    """A fresh environment for a ``scenario`` column value (embedded, AgentDojo, InjecAgent or ASB JSON)."""
     data = json.loads(scenario)
+    if data.get("dataset") in ("injecagent", "asb"):
+        from mrbench.tasks.agent_security.external import ExternalCase, ExternalEnv
+
+        return ExternalEnv(ExternalCase.from_json(scenario))
     if data.get("dataset") == "agentdojo":
         from mrbench.tasks.agent_security.agentdojo_runner import AgentDojoEnv
         from mrbench.tasks.agent_security.agentdojo_suites import AgentDojoCase

@@ -33,6 +33,8 @@ from mrbench.tasks.agent_security.agentdojo_suites import ATTACKS, SUITES, Agent
 from mrbench.tasks.agent_security.attacks import STYLES
 from mrbench.tasks.agent_security.dataset import DATASETS, DEFAULTS, SampleSet, dataset_limits
 from mrbench.tasks.agent_security.episode import Environment, Limits, Policy
+from mrbench.tasks.agent_security.external import DATASETS as EXTERNAL
+from mrbench.tasks.agent_security.external import ExternalCase
 from mrbench.tasks.agent_security.rewards import (
     INVALID_POLICIES,
     build_environment,
@@ -97,8 +99,10 @@ class AgentSecurityTask(Task):
         invalid: str,
         format_weight: float,
         clean_share: float | None,
+        data_path: str = "",
     ) -> None:
         self.dataset, self.mode = dataset, mode
+        self.data_path = data_path
         self.n_train, self.n_eval, self.seed = n_train, n_eval, seed
         self.styles, self.suites = styles, suites
         self.invalid, self.format_weight = invalid, format_weight
@@ -115,8 +119,10 @@ class AgentSecurityTask(Task):
             styles=styles,
             suites=suites,
             clean_share=clean_share,
+            data_path=data_path,
         )
         self._index: dict[str, scenarios.Scenario] | None = None
+        self._external: dict[str, dict[str, str]] = {}  # dataset -> id -> case JSON
 
     # ------------------------------------------------------------------ data
 
@@ -126,6 +132,10 @@ class AgentSecurityTask(Task):
 
     def train_samples(self) -> list[Sample]:
         """Training prompts (deterministic for the settings; grouped apart from eval by user goal)."""
+        if self.dataset in EXTERNAL:
+            raise ValueError(
+                f"dataset {self.dataset!r} is for evaluation only; train on embedded or agentdojo"
+            )
         return list(self._samples.splits()[0])
 
     def eval_samples(self) -> list[Sample]:
@@ -187,6 +197,8 @@ class AgentSecurityTask(Task):
             return scenarios.demonstrations(n, seed, self.styles, self.limits)
         if n <= 0:
             return []
+        if self.dataset in EXTERNAL:
+            raise ValueError(f"dataset {self.dataset!r} is for evaluation only: it has no demonstrations")
         cases = [AgentDojoCase.from_json(str(s.columns["scenario"])) for s in self.train_samples()]
         return agentdojo_policies.demonstrations(cases, n, seed)
 
@@ -221,6 +233,11 @@ class AgentSecurityTask(Task):
         AgentDojo's ground-truth calls of every case (all suites, both attacks, clean runs),
         each as a JSON list of assistant turns in ``completion``."""
         _check_choice(dataset, DATASETS, "dataset")
+        if dataset in EXTERNAL:
+            return [
+                {"dataset": dataset, "id": case.id, "completion": json.dumps(case.gold)}
+                for case in self._external_cases(dataset)
+            ]
         if dataset == "embedded":
             return [
                 {"dataset": "embedded", "id": sid, "completion": json.dumps(list(sc.gold))}
@@ -272,6 +289,16 @@ class AgentSecurityTask(Task):
             results.append(ScoredItem(sid, {n: rewards[n] for n in names}, outcome["termination"]))
         return results
 
+    def _external_cases(self, dataset: str) -> list[ExternalCase]:
+        """The cases of ``injecagent`` or ``asb`` at ``data_path`` (:class:`UserError` if absent)."""
+        if dataset == "injecagent":
+            from mrbench.tasks.agent_security.injecagent import injecagent_cases
+
+            return injecagent_cases(self.data_path)
+        from mrbench.tasks.agent_security.asb import asb_cases
+
+        return asb_cases(self.data_path)
+
     def _limits_for(self, dataset: str) -> Limits:
         if dataset == self.dataset:
             return self.limits
@@ -285,6 +312,12 @@ class AgentSecurityTask(Task):
 
     def _spec_for_id(self, dataset: str, sid: str) -> tuple[str, list[str]]:
         """``(scenario JSON, gold prefix of the single-turn prompt)``; ``KeyError`` for an unknown id."""
+        if dataset in EXTERNAL:
+            if dataset not in self._external:
+                self._external[dataset] = {c.id: c.to_json() for c in self._external_cases(dataset)}
+            if sid not in self._external[dataset]:
+                raise KeyError(f"unknown id {sid!r} in dataset {dataset!r} ({self.data_path})")
+            return self._external[dataset][sid], []
         if dataset == "agentdojo":
             return AgentDojoCase.from_id(sid).to_json(), []
         if self._index is None:
@@ -323,10 +356,12 @@ def agent_security(
     format_weight: float = 0.0,
     max_completion_tokens: int = 0,
     clean_share: float = -1.0,
+    data_path: str = "",
 ) -> AgentSecurityTask:
     """Use tools for a user while tool outputs carry prompt injections; utility and safety rewards.
 
-    dataset: ``embedded`` (procedural, CPU default) or ``agentdojo`` (v1.2.2 suites).
+    dataset: ``embedded`` (procedural, CPU default), ``agentdojo`` (v1.2.2 suites), or for
+    evaluation only ``injecagent`` / ``asb`` read from ``data_path`` (``docs/benchmarks.md``).
     mode: ``multi-turn`` (episodes, trained through a TRL ``rollout_func``) or ``single-turn``
     (one message at the decision point; embedded only).
     n_train / n_eval: number of cases (clean + attacked) per split; ``n_eval`` 0 = the dataset's
@@ -340,6 +375,8 @@ def agent_security(
     invalid: ``penalize`` (an invalid trajectory gets utility 0 and safety 0) or ``unscorable``
     (``None`` for both).
     format_weight: weight of an optional third component ``format``; 0 leaves it out (the paper's two).
+    data_path: where ``injecagent`` (its ``data`` folder, a test-case file or a hub id) or ``asb``
+    (its ``data`` folder) is; also read by ``mrbench score`` for those datasets.
     max_completion_tokens: generation budget per assistant turn; 0 = default (embedded 48, AgentDojo 512).
     clean_share: share of clean cases among the training cases (attacked ones are dropped to reach
     it; eval keeps every case); negative = the dataset's default: embedded 0.5, AgentDojo every
@@ -352,8 +389,12 @@ def agent_security(
     _check_choice(dataset, DATASETS, "dataset")
     _check_choice(mode, MODES, "mode")
     _check_choice(invalid, INVALID_POLICIES, "invalid policy")
-    if dataset == "agentdojo" and mode == "single-turn":
+    if dataset != "embedded" and mode == "single-turn":
         raise ValueError("mode 'single-turn' is available for dataset 'embedded' only; use mode 'multi-turn'")
+    if dataset in EXTERNAL and not data_path:
+        from mrbench.tasks.sources import no_source
+
+        raise ValueError(str(no_source(dataset)))
     for key, value in (
         ("n_train", n_train),
         ("n_eval", n_eval),
@@ -368,10 +409,12 @@ def agent_security(
         raise ValueError(
             f"clean_share must be within [0, 1] (or negative for the default), got {clean_share}"
         )
-    if dataset == "embedded":
-        styles = _parse_list(attacks, STYLES, "attack")
+    if dataset == "embedded" or dataset in EXTERNAL:
+        styles = _parse_list(attacks, STYLES, "attack") if dataset == "embedded" else []
         if suites.strip() not in ("", "all"):
             raise ValueError(f"suites={suites!r} applies to dataset 'agentdojo' only")
+        if dataset in EXTERNAL and attacks.strip() not in ("", "all"):
+            raise ValueError(f"attacks={attacks!r}: dataset {dataset!r} brings its own attacks")
         suite_list: list[str] = []
     else:
         styles = _parse_list(attacks, ATTACKS, "attack")
@@ -390,4 +433,5 @@ def agent_security(
         invalid=invalid,
         format_weight=format_weight,
         clean_share=defaults.clean_share if clean_share < 0 else clean_share,
+        data_path=str(data_path),
     )

@@ -1,8 +1,10 @@
 """Hub datasets for machines that can reach the Hugging Face hub: LeetCodeDataset and MBPP.
 
 Offline (as on the development machines) they fail fast with :class:`HubUnavailableError`
-naming the dataset and the offline alternatives, instead of retrying for half a minute.
-Datasets already in the local HF cache load with ``HF_HUB_OFFLINE=1``.
+naming the dataset and how to provide it, instead of retrying for half a minute. Datasets already
+in the local HF cache load with ``HF_HUB_OFFLINE=1``. The task's factory loads the splits it will
+use (:func:`require`), so an unavailable dataset is a one-line error when the task is built,
+before a run exists.
 """
 
 from __future__ import annotations
@@ -14,16 +16,19 @@ import socket
 from typing import Any
 from urllib.parse import urlparse
 
+from mrbench.core.errors import UserError
 from mrbench.tasks.code_generation.problems import ANSWER_INSTRUCTION, Problem
 
 LEETCODE_REPO = "newfacade/LeetCodeDataset"  # train 2,641 / test 228 (the paper's training set)
 MBPP_REPO = "google-research-datasets/mbpp"  # "full" config: train 374 / test 500 / validation 90
 HUB_SPLITS = {"leetcode": ("train", "test"), "mbpp": ("train", "test", "validation")}
+_NAMES = {LEETCODE_REPO: "leetcode", MBPP_REPO: "mbpp"}
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
-class HubUnavailableError(RuntimeError):
-    """A hub dataset could not be loaded (offline, not cached, or not found)."""
+class HubUnavailableError(UserError, RuntimeError):
+    """A hub dataset could not be loaded (offline, not cached, or not found): a user error (exit 2,
+    one line), and a ``RuntimeError`` for the callers that report it per item (``mrbench score``)."""
 
 
 def _hub_reachable(timeout_s: float = 3.0) -> bool:
@@ -40,24 +45,32 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
 
 
 def load_hub_rows(repo: str, config: str | None, split: str) -> list[dict[str, Any]]:
-    """Rows of a hub dataset split, or :class:`HubUnavailableError` with a clear message."""
+    """Rows of a hub dataset split, or :class:`HubUnavailableError` with a one-line message."""
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    alternatives = "use dataset='embedded' or 'humaneval' (they ship with the code)"
+    what = f"code-generation dataset {_NAMES.get(repo, repo)!r} (hub {repo}, split {split})"
+    how = (
+        "download it into the Hugging Face cache on a machine with hub access and set HF_HUB_OFFLINE=1 "
+        "here, or use dataset 'embedded' or 'humaneval' (they ship with mrbench)"
+    )
     if not offline and not _hub_reachable():
-        raise HubUnavailableError(
-            f"cannot load {repo!r}: the Hugging Face hub is unreachable from this machine. "
-            f"Either {alternatives}, or, if the dataset is already in your HF cache, set HF_HUB_OFFLINE=1."
-        )
+        raise HubUnavailableError(f"cannot load {what}: the Hugging Face hub is unreachable; {how}")
     try:
         import datasets
 
         data = datasets.load_dataset(repo, config, split=split)
     except Exception as exc:  # datasets raises many types (ConnectionError, FileNotFoundError, …)
-        raise HubUnavailableError(
-            f"cannot load {repo!r} split {split!r}: {type(exc).__name__}: {str(exc)[:300]}. "
-            f"Either {alternatives}, or download the dataset on a machine with hub access into the HF cache."
-        ) from exc
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise HubUnavailableError(f"cannot load {what} ({detail}); {how}") from None
     return [dict(row) for row in data]
+
+
+def require(dataset: str, *, train: bool) -> None:
+    """Load (and keep) the splits of hub ``dataset`` a task will use: its test split, and its train
+    split when it trains on it; :class:`HubUnavailableError` now rather than inside a run."""
+    loader = {"leetcode": leetcode_problems, "mbpp": mbpp_problems}[dataset]
+    if train:
+        loader("train")
+    loader("test")
 
 
 def _check_split(dataset: str, split: str) -> None:

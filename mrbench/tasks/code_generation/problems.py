@@ -24,6 +24,8 @@ from typing import Any
 from mrbench.core.contracts import Message
 
 ANSWER_INSTRUCTION = "Answer with a ```python code block."
+PROGRAM_VARIABLE = "__program_source__"
+"""The name a ``program`` problem's answer is bound to in the sandbox (see :meth:`Problem.runnable`)."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,10 @@ class Problem:
     functions/classes) runs before the answer and before the tests; ``tests`` defines how to
     check ``candidate`` (bound to ``entry_point``, a name or an expression like
     ``Solution().twoSum``), and ``check`` is the statement that runs them; ``names`` are extra
-    functions the tests call directly (MBPP style).
+    functions the tests call directly (MBPP style). ``program``: the answer is a whole program
+    reading stdin (LiveCodeBench's AtCoder/Codeforces problems): the sandbox gets its source as
+    the string :data:`PROGRAM_VARIABLE` (:meth:`runnable`), which a function of the prelude runs
+    once per test, and the format reward asks for a fenced block only.
     """
 
     id: str
@@ -48,6 +53,12 @@ class Problem:
     check: str = "check(candidate)"
     names: tuple[str, ...] = ()
     family: str = ""
+    program: bool = False
+
+    def runnable(self, code: str) -> str:
+        """What the sandbox loads for ``code``: the code itself, or for a ``program`` its source
+        bound to :data:`PROGRAM_VARIABLE` (a program run at load time would read no input)."""
+        return f"{PROGRAM_VARIABLE} = {code!r}\n" if self.program else code
 
     def messages(self) -> list[Message]:
         """The chat prompt: one user message."""

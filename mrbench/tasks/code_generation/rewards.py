@@ -266,7 +266,7 @@ class Outcome:
 def job_for(problem: Problem, code: str) -> Job:
     """The sandbox job testing ``code`` on ``problem``."""
     return Job(
-        code=code,
+        code=problem.runnable(code),
         tests=problem.tests,
         entry_point=problem.entry_point,
         prelude=problem.prelude,
@@ -438,7 +438,7 @@ class CodeScorer:
         tree = _parse(code)
         return {
             "code": code,
-            "format": float(fenced and defines_entry_point(code, problem.entry_point)),
+            "format": float(fenced and (problem.program or defines_entry_point(code, problem.entry_point))),
             "syntax": float(tree is not None),
             "compile": float(tree is not None and _compiles(tree)),
             "ast_similarity": _similarity(tree, code, problem.reference),

@@ -10,13 +10,22 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
+from mrbench.core.errors import UserError
 from mrbench.kit.sandbox import Limits
 from mrbench.tasks.code_generation import evaluation, rewards
 from mrbench.tasks.code_generation.problems import Problem, embedded_problems, embedded_split, split_by_family
 
-DATASETS: tuple[str, ...] = ("embedded", "humaneval", "mbpp", "leetcode")
+DATASETS: tuple[str, ...] = ("embedded", "humaneval", "mbpp", "leetcode", "livecodebench")
 OFFLINE_DATASETS: tuple[str, ...] = ("embedded", "humaneval")
-DEFAULT_MAX_COMPLETION_TOKENS = {"embedded": 64, "humaneval": 512, "mbpp": 512, "leetcode": 1024}
+EVAL_ONLY: tuple[str, ...] = ("livecodebench",)
+"""Datasets with no training split, read from the ``data_path`` setting (:mod:`.livecodebench`)."""
+DEFAULT_MAX_COMPLETION_TOKENS = {
+    "embedded": 64,
+    "humaneval": 512,
+    "mbpp": 512,
+    "leetcode": 1024,
+    "livecodebench": 1024,
+}
 """Generation budgets. ``embedded``: a perfect answer is at most 79 characters (about 30 tokens
 with the tiny models' 1024-token byte-level BPE), so 64 tokens never truncate one while keeping
 CPU rollouts short. The others hold whole functions (LeetCode: whole classes)."""
@@ -44,6 +53,8 @@ def dataset_split(dataset: str) -> tuple[list[Problem], list[Problem]]:
         from mrbench.tasks.code_generation.hub import leetcode_problems
 
         return list(leetcode_problems("train")), list(leetcode_problems("test"))
+    if dataset in EVAL_ONLY:
+        raise ValueError(f"{dataset!r} is for evaluation only (eval_dataset), from the task's data_path")
     raise ValueError(f"unknown code-generation dataset {dataset!r}; choose from {', '.join(DATASETS)}")
 
 
@@ -99,8 +110,11 @@ class CodeGenerationTask(Task):
         timeout_s: float,
         max_completion_tokens: int,
         n_sampled: int,
+        data_path: str = "",
     ) -> None:
         self.dataset = dataset
+        self.data_path = data_path
+        self._livecodebench: dict[str, Problem] | None = None
         self.eval_dataset = eval_dataset
         self.weights = weights
         self.n_train = n_train
@@ -125,6 +139,8 @@ class CodeGenerationTask(Task):
         """Held-out problems: the eval split, or all of ``eval_dataset`` when it differs."""
         if self.eval_dataset == self.dataset:
             pool = dataset_split(self.dataset)[1]
+        elif self.eval_dataset in EVAL_ONLY:
+            pool = list(self._livecodebench_index().values())
         elif self.eval_dataset in ("mbpp", "leetcode"):
             pool = dataset_split(self.eval_dataset)[1]  # their test split
         else:
@@ -143,7 +159,17 @@ class CodeGenerationTask(Task):
         """The problem with this id in ``dataset`` (None if unknown)."""
         if dataset not in DATASETS:
             return None
+        if dataset in EVAL_ONLY:
+            return self._livecodebench_index().get(problem_id)
         return _index(dataset).get(problem_id)
+
+    def _livecodebench_index(self) -> dict[str, Problem]:
+        """LiveCodeBench's problems by id, read from ``data_path`` once (:class:`UserError` if absent)."""
+        if self._livecodebench is None:
+            from mrbench.tasks.code_generation.livecodebench import livecodebench_problems
+
+            self._livecodebench = {p.id: p for p in livecodebench_problems(self.data_path)}
+        return self._livecodebench
 
     def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
         """``n`` (prompt, reference answer) pairs from training problems, cycling through a
@@ -218,6 +244,11 @@ class CodeGenerationTask(Task):
 
     def gold_items(self, dataset: str) -> list[dict[str, Any]]:
         """The reference solution of every problem of ``dataset``, fenced, as input items."""
+        if dataset in EVAL_ONLY:
+            raise UserError(
+                f"dataset {dataset!r} ships no reference solutions, so there is no --gold; "
+                "score model completions with --input FILE.jsonl"
+            )
         return [
             {"dataset": dataset, "id": p.id, "completion": p.gold_completion()} for p in all_problems(dataset)
         ]
@@ -281,6 +312,7 @@ def code_generation(
     timeout_s: float = 5.0,
     max_completion_tokens: int = 0,
     n_sampled: int = 16,
+    data_path: str = "",
 ) -> CodeGenerationTask:
     """Write Python functions run against tests in a sandbox; seven reward components.
 
@@ -299,11 +331,21 @@ def code_generation(
         max_completion_tokens: generation budget; 0 = the dataset's default (64 embedded, 512/1024 otherwise).
         n_sampled: completions sampled per evaluation problem (temperature 1) for the primary
             metric ``sampled_pass_at_1`` and for ``sampled_pass_at_4`` (reported when >= 4).
+        data_path: where ``livecodebench`` is (a ``code_generation_lite`` ``.jsonl`` file, a folder
+            of them, or a hub id); see ``docs/benchmarks.md``. Also read by ``mrbench score``.
     """
     eval_dataset = eval_dataset or dataset
     for key, value in (("dataset", dataset), ("eval_dataset", eval_dataset)):
         if value not in DATASETS:
             raise ValueError(f"unknown code-generation {key} {value!r}; choose from {', '.join(DATASETS)}")
+    if dataset in EVAL_ONLY:
+        raise ValueError(
+            f"{dataset!r} has no training split: train on another dataset, eval_dataset={dataset}"
+        )
+    if eval_dataset in EVAL_ONLY and not data_path:
+        from mrbench.tasks.sources import no_source
+
+        raise ValueError(str(no_source(eval_dataset)))
     for key, value in (("n_train", n_train), ("n_eval", n_eval)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{key} must be a positive integer or None, got {value!r}")
@@ -319,6 +361,10 @@ def code_generation(
         or max_completion_tokens < 0
     ):
         raise ValueError(f"max_completion_tokens must be an integer >= 0, got {max_completion_tokens!r}")
+    from mrbench.tasks.code_generation import hub
+
+    for name in sorted({dataset, eval_dataset} & set(hub.HUB_SPLITS)):  # offline: one line, before any run
+        hub.require(name, train=name == dataset)
     return CodeGenerationTask(
         dataset=dataset,
         eval_dataset=eval_dataset,
@@ -329,4 +375,5 @@ def code_generation(
         timeout_s=float(timeout_s),
         max_completion_tokens=max_completion_tokens or DEFAULT_MAX_COMPLETION_TOKENS[dataset],
         n_sampled=n_sampled,
+        data_path=str(data_path),
     )

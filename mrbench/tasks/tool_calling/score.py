@@ -24,9 +24,11 @@ from mrbench.tasks.tool_calling import rewards
 from mrbench.tasks.tool_calling.bfcl import CATEGORY_FILES, UNSATISFIABLE, BfclItem, load_bfcl_items
 from mrbench.tasks.tool_calling.data import compact_json, generate_items
 from mrbench.tasks.tool_calling.parse import parse_answer
+from mrbench.tasks.tool_calling.toolrl import SOURCES, load_items
 
 BFCL_PREFIX = "bfcl-"
-SCORE_DATASETS: tuple[str, ...] = ("embedded", *(f"{BFCL_PREFIX}{c}" for c in CATEGORY_FILES))
+SCORE_DATASETS: tuple[str, ...] = ("embedded", *(f"{BFCL_PREFIX}{c}" for c in CATEGORY_FILES), *SOURCES)
+"""``toolrl`` and ``apibank`` read the task's ``data_path`` (see :mod:`.toolrl`)."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,9 @@ def score_entry(entry: GoldEntry, sample_id: str, completion: str) -> ScoredItem
 class Scorer:
     """Scores items of any dataset for one task's settings; each dataset's index is built once."""
 
-    def __init__(self, n_train: int, n_eval: int, seed: int) -> None:
+    def __init__(self, n_train: int, n_eval: int, seed: int, data_path: str = "") -> None:
         self.settings = (n_train, n_eval, seed)
+        self.data_path = data_path
         self._indexes: dict[str, dict[str, GoldEntry]] = {}
 
     def index(self, dataset: str) -> dict[str, GoldEntry]:
@@ -99,9 +102,15 @@ class Scorer:
             raise ValueError(f"unknown dataset {dataset!r}; choose from {', '.join(SCORE_DATASETS)}")
         if dataset not in self._indexes:
             category = bfcl_category(dataset)
-            self._indexes[dataset] = (
-                embedded_index(*self.settings) if category is None else bfcl_index(category)
-            )
+            if dataset in SOURCES:
+                self._indexes[dataset] = {
+                    item.id: GoldEntry(item.gold_calls(), item.gold_completion())
+                    for item in load_items(dataset, self.data_path)
+                }
+            else:
+                self._indexes[dataset] = (
+                    embedded_index(*self.settings) if category is None else bfcl_index(category)
+                )
         return self._indexes[dataset]
 
     def gold_items(self, dataset: str) -> list[dict[str, Any]]:
@@ -121,7 +130,7 @@ class Scorer:
             except ValueError as exc:
                 results.append(ScoredItem(sid, {}, "unknown_dataset", str(exc)))
                 continue
-            except UserError as exc:  # BFCL's package is not installed
+            except UserError as exc:  # BFCL's package is not installed, a source's data is missing
                 results.append(ScoredItem(sid, {}, "unavailable_dataset", str(exc)))
                 continue
             entry = index.get(sid)

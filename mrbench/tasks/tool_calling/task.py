@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,18 @@ from mrbench.tasks.tool_calling import rewards
 from mrbench.tasks.tool_calling.bfcl import CATEGORY_FILES
 from mrbench.tasks.tool_calling.data import make_demonstrations, make_samples
 from mrbench.tasks.tool_calling.score import BFCL_PREFIX, SCORE_DATASETS, Scorer, bfcl_category
+from mrbench.tasks.tool_calling.toolrl import SOURCES, load_items, load_split
 
-DATASETS: tuple[str, ...] = ("embedded", "bfcl", *(f"{BFCL_PREFIX}{c}" for c in CATEGORY_FILES))
-"""Eval data: ``embedded``, ``bfcl`` (simple, multiple and parallel mixed) or one BFCL category."""
-DEFAULT_MAX_COMPLETION_TOKENS = {name: 64 if name == "embedded" else 256 for name in DATASETS}
+DATASETS: tuple[str, ...] = ("embedded", "bfcl", *(f"{BFCL_PREFIX}{c}" for c in CATEGORY_FILES), *SOURCES)
+"""Eval data: ``embedded``, ``bfcl`` (simple, multiple and parallel mixed), one BFCL category, or
+``toolrl`` / ``apibank`` read from the ``data_path`` setting (:mod:`.toolrl`)."""
+DEFAULT_MAX_COMPLETION_TOKENS = {
+    name: 64 if name == "embedded" else 512 if name in SOURCES else 256 for name in DATASETS
+}
 """Generation budgets. ``embedded``: the longest gold answer is 61 tokens (mean 39) with a
 1024-token byte-level BPE trained on the demonstrations, so 64 never truncates a correct answer.
-BFCL: its calls have more and longer arguments; raise it for models that think at length."""
+BFCL: its calls have more and longer arguments; raise it for models that think at length.
+ToolRL / API-Bank: their system prompts ask for a reasoned ``<think>`` block first."""
 EVAL_METRICS: tuple[str, ...] = (*rewards.COMPONENTS, "reward_total", "exact_match")
 BFCL_METRIC = "bfcl_valid"
 """Also aggregated when the eval set holds BFCL samples: the mean verdict of BFCL's checker."""
@@ -29,9 +35,11 @@ LM_EVAL_TASK = "mrbench_tool_calling"
 class ToolCallingTask(Task):
     """Tool calling with ``<tool_call>`` JSON, four reward components (see :mod:`.rewards`).
 
-    Train prompts are always the embedded procedural data; eval prompts are the embedded
-    held-out split or BFCL v4 (``dataset="bfcl"`` or ``"bfcl-<category>"``), where BFCL's own
-    checker decides ``exact_match``. Data is generated on first use and cached.
+    Train prompts are the embedded procedural data, or ToolRL's train split for
+    ``dataset="toolrl"``; eval prompts are the embedded held-out split, BFCL v4
+    (``dataset="bfcl"`` or ``"bfcl-<category>"``, where BFCL's own checker decides
+    ``exact_match``), ToolRL's test split or API-Bank. Data is generated or read on first use
+    and cached.
     """
 
     name = "tool-calling"
@@ -47,6 +55,7 @@ class ToolCallingTask(Task):
         seed: int,
         dataset: str = "embedded",
         max_completion_tokens: int = 0,
+        data_path: str = "",
     ) -> None:
         self.n_train = n_train
         self.n_eval = n_eval
@@ -55,23 +64,33 @@ class ToolCallingTask(Task):
         self.max_completion_tokens = max_completion_tokens or DEFAULT_MAX_COMPLETION_TOKENS[dataset]
         self._train: list[Sample] | None = None
         self._eval: list[Sample] | None = None
-        self._scorer = Scorer(n_train, n_eval, seed)
+        self.data_path = data_path
+        self._scorer = Scorer(n_train, n_eval, seed, data_path)
 
     def __repr__(self) -> str:
         return (
             f"ToolCallingTask(n_train={self.n_train}, n_eval={self.n_eval}, seed={self.seed}, "
-            f"dataset={self.dataset!r}, max_completion_tokens={self.max_completion_tokens})"
+            f"dataset={self.dataset!r}, max_completion_tokens={self.max_completion_tokens}, "
+            f"data_path={self.data_path!r})"
         )
 
     def train_samples(self) -> list[Sample]:
-        """``n_train`` procedurally generated training prompts (deterministic for the settings)."""
+        """``n_train`` training prompts (deterministic for the settings): procedurally generated,
+        or for ``toolrl`` ``n_train`` items of ToolRL's train split drawn with ``seed`` (all of
+        them when it holds fewer)."""
         if self._train is None:
-            self._train = make_samples(self.n_train, split="train", seed=self.seed)
+            if self.dataset == "toolrl":
+                items = load_split(self.data_path, "train")
+                drawn = random.Random(self.seed).sample(items, min(self.n_train, len(items)))
+                self._train = [item.sample() for item in drawn]
+            else:
+                self._train = make_samples(self.n_train, split="train", seed=self.seed)
         return list(self._train)
 
     def eval_samples(self) -> list[Sample]:
         """``n_eval`` held-out prompts: embedded eval split, BFCL simple/multiple/parallel items,
-        or the first ``n_eval`` items of one BFCL category (``bfcl-<category>``).
+        or the first ``n_eval`` items of one BFCL category (``bfcl-<category>``), of ToolRL's
+        test split (``toolrl``) or of API-Bank (``apibank``).
 
         ``bfcl``: the first ``ceil(n_eval / 3)`` items of each category, interleaved, cut to
         ``n_eval`` (fewer if a category runs out: 400/200/200 items).
@@ -85,6 +104,12 @@ class ToolCallingTask(Task):
                 # exchange (user, assistant, user) and are left out of eval (`mrbench score` has them).
                 single_turn = [s for s in load_bfcl_samples((category,)) if s.prompt[-2]["role"] == "system"]
                 self._eval = single_turn[: self.n_eval]
+            elif self.dataset == "toolrl":
+                self._eval = [item.sample() for item in load_split(self.data_path, "test")[: self.n_eval]]
+            elif self.dataset in SOURCES:
+                self._eval = [
+                    item.sample() for item in load_items(self.dataset, self.data_path)[: self.n_eval]
+                ]
             elif self.dataset == "bfcl":
                 from mrbench.tasks.tool_calling.bfcl import load_bfcl_samples
 
@@ -196,17 +221,24 @@ def tool_calling(
     seed: int = 0,
     dataset: str = "embedded",
     max_completion_tokens: int = 0,
+    data_path: str = "",
 ) -> ToolCallingTask:
     """Choose and call tools from a catalogue (<tool_call> JSON), four ToolRL-style reward components.
 
     Args:
-        n_train: training prompts (procedural, embedded).
-        n_eval: evaluation prompts (held-out embedded split, or the first BFCL items).
+        n_train: training prompts (procedural, embedded; ``toolrl``: at most this many items of
+            ToolRL's train split, drawn with ``seed``).
+        n_eval: evaluation prompts (held-out embedded split, or the first items of the dataset).
         seed: data seed (train and eval are disjoint for every seed).
         dataset: eval data, ``"embedded"``, ``"bfcl"`` (BFCL v4 simple/multiple/parallel from the
-            installed ``bfcl-eval`` package) or ``"bfcl-<category>"`` (one BFCL category, e.g.
-            ``bfcl-parallel_multiple``, ``bfcl-live_simple``); training stays embedded.
-        max_completion_tokens: generation budget; 0 = the dataset's default (64 embedded, 256 BFCL).
+            installed ``bfcl-eval`` package), ``"bfcl-<category>"`` (one BFCL category, e.g.
+            ``bfcl-parallel_multiple``, ``bfcl-live_simple``), ``"toolrl"`` or ``"apibank"``.
+            Training stays embedded, except for ``"toolrl"``: ToolRL's train split trains and its
+            test split evaluates.
+        max_completion_tokens: generation budget; 0 = the dataset's default (64 embedded, 256 BFCL,
+            512 ToolRL / API-Bank).
+        data_path: where ``toolrl`` or ``apibank`` is (a file or folder in ToolRL's format, or a hub
+            id); see ``docs/benchmarks.md``. Also read by ``mrbench score`` for those datasets.
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown tool-calling dataset {dataset!r}; choose from {', '.join(DATASETS)}")
@@ -219,10 +251,15 @@ def tool_calling(
             raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
+    if dataset in SOURCES and not data_path:
+        from mrbench.tasks.sources import no_source
+
+        raise ValueError(str(no_source(dataset)))
     return ToolCallingTask(
         n_train=n_train,
         n_eval=n_eval,
         seed=seed,
         dataset=dataset,
         max_completion_tokens=max_completion_tokens,
+        data_path=str(data_path),
     )

@@ -57,7 +57,7 @@ WRONG_CALLS = {
 def test_score_datasets_are_embedded_and_every_bfcl_category() -> None:
     datasets = tool_calling().score_datasets()
     assert datasets[0] == "embedded"
-    assert datasets[1:] == [f"bfcl-{c}" for c in bfcl.CATEGORY_FILES]
+    assert datasets[1:] == [*(f"bfcl-{c}" for c in bfcl.CATEGORY_FILES), "toolrl", "apibank"]
 
 
 def test_embedded_gold_through_the_harness() -> None:

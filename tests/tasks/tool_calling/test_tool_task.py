@@ -27,6 +27,7 @@ def test_conforms_to_the_task_protocol_and_registry() -> None:
         "seed": 0,
         "dataset": "embedded",
         "max_completion_tokens": 0,
+        "data_path": "",
     }
 
 
