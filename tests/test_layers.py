@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1] / "mrbench"
 # pair is listed in SIDEWAYS (the cycle check below keeps those one-way).
 RANK = {"core": 0, "kit": 1, "methods": 2, "tasks": 2, "engine": 3, "sweeps": 4, "reporting": 4, "lab": 4}
 RANK["cli"], RANK["__main__"] = 5, 6  # python -m mrbench sits on the CLI
-SIDEWAYS = {("sweeps", "reporting"), ("lab", "reporting")}
+SIDEWAYS = {("sweeps", "reporting"), ("lab", "reporting"), ("sweeps", "lab")}
 MAX_LINES = 600
 
 

@@ -174,24 +174,25 @@ def anti() -> Scenario:
 # run's diagnostics.json corr_matrix (mean over training), per method the mean over its runs, then the
 # mean over the three methods. Printed in this form, from the store the smoke sweep wrote, by
 # `python -m mrbench.lab.smoke_corr [--sweep smoke] [--tracking-uri URI]`; rerun it after the smoke sweep
-# is regenerated and paste what it prints. The values below come from the same runs, read back from the
-# report's heatmaps `reports/smoke/corr-<task>.png` (colour map inverted, ±0.01) while their store was not
-# at hand.
+# is regenerated and paste what it prints. Code generation's mean sits on the edge of the positive
+# semi-definite cone (syntax and compile are exact copies in those runs), so the command moved it to the
+# nearest correlation matrix with eigenvalues >= 0.001 (entries changed by at most 0.001) and printed it
+# with 3 decimals, the fewest that keep it positive semi-definite.
 CODE_CORR_6 = (
-    (1.00, 0.40, 0.40, 0.55, 0.47, 0.38),
-    (0.40, 1.00, 0.99, 0.82, 0.82, 0.99),
-    (0.40, 0.99, 1.00, 0.82, 0.82, 0.99),
-    (0.55, 0.82, 0.82, 1.00, 0.95, 0.83),
-    (0.47, 0.82, 0.82, 0.95, 1.00, 0.86),
-    (0.38, 0.99, 0.99, 0.83, 0.86, 1.00),
+    (1.000, 0.252, 0.252, 0.452, 0.349, 0.273),
+    (0.252, 1.000, 0.999, 0.743, 0.795, 0.996),
+    (0.252, 0.999, 1.000, 0.743, 0.795, 0.996),
+    (0.452, 0.743, 0.743, 1.000, 0.938, 0.750),
+    (0.349, 0.795, 0.795, 0.938, 1.000, 0.820),
+    (0.273, 0.996, 0.996, 0.750, 0.820, 1.000),
 )
 TOOLS_CORR = (
-    (1.00, 0.92, 0.88, 0.46),
-    (0.92, 1.00, 0.95, 0.49),
-    (0.88, 0.95, 1.00, 0.52),
-    (0.46, 0.49, 0.52, 1.00),
+    (1.00, 0.95, 0.92, 0.44),
+    (0.95, 1.00, 0.96, 0.45),
+    (0.92, 0.96, 1.00, 0.47),
+    (0.44, 0.45, 0.47, 1.00),
 )
-SECURITY_CORR = ((1.00, 0.63), (0.63, 1.00))
+SECURITY_CORR = ((1.00, 0.69), (0.69, 1.00))
 EFFICIENCY_LOADING = 0.5
 """Efficiency's latent level is 0.5·accuracy's plus independent variation (see paper_code)."""
 
@@ -200,14 +201,14 @@ def paper_code() -> Scenario:
     """The code-generation task's seven components (each in [0, 1], weights 1).
 
     Correlations: the smoke runs' within-group correlations (``CODE_CORR_6``, printed from their
-    ``diagnostics.json`` by ``python -m mrbench.lab.smoke_corr``; the same numbers as the report's
+    ``diagnostics.json`` by ``python -m mrbench.lab.smoke_corr``; the numbers of the report's
     heatmaps ``reports/smoke/corr-code-generation.png``, averaged over the three methods).
-    syntax, compile and ast_similarity are near-copies (0.99: Python compiles what it parses,
-    and the AST exists exactly then); runtime and accuracy are a second pair (0.95). Efficiency
-    never varied in those runs (0 throughout: never defined, blank in the heatmap, left out of
-    ``CODE_CORR_6`` by the command); by its definition (it counts only when the tests pass) its
-    latent level here is 0.5·accuracy's plus independent variation, so its correlation with each
-    component is half accuracy's. Levels under the uniform policy:
+    syntax, compile and ast_similarity are near-copies (0.996–0.999: Python compiles what it
+    parses, and the AST exists exactly then); runtime and accuracy are a second pair (0.94).
+    Efficiency almost never varied within a group in those runs (its correlations are undefined
+    but for format's; left out of ``CODE_CORR_6`` by the command); by its definition (it counts
+    only when the tests pass) its latent level here is 0.5·accuracy's plus independent variation,
+    so its correlation with each component is half accuracy's. Levels under the uniform policy:
     the grpo run's first-10 %-of-training values in ``reports/smoke/report.md`` (format 0.48,
     syntax/compile 0.96, runtime 0.78, accuracy 0.75, ast_similarity 0.96) and efficiency 0.05.
     """
@@ -247,7 +248,7 @@ def paper_tools() -> Scenario:
     Correlations: the smoke runs' within-group correlations (``TOOLS_CORR``, printed from their
     ``diagnostics.json`` by ``python -m mrbench.lab.smoke_corr``; drawn in the report as
     ``reports/smoke/corr-tool-calling.png``): format, function_name and parameter move together
-    (0.88–0.95), values half as much (0.46–0.52). Levels under the uniform policy: the tiny
+    (0.92–0.96), values half as much (0.44–0.47). Levels under the uniform policy: the tiny
     model's evaluation levels in ``reports/smoke/report.md`` (mean of the three methods: format
     0.96, function_name 0.29, parameter 0.58, values −0.52).
     """
@@ -281,7 +282,7 @@ def paper_tools() -> Scenario:
 def paper_security() -> Scenario:
     """The agent-security task's two binary components, utility and safety (weights 1).
 
-    Correlation 0.63: the smoke runs' within-group correlation (``SECURITY_CORR``, printed from their
+    Correlation 0.69: the smoke runs' within-group correlation (``SECURITY_CORR``, printed from their
     ``diagnostics.json`` by ``python -m mrbench.lab.smoke_corr``; drawn in the report as
     ``reports/smoke/corr-agent-security.png``). Levels under the uniform policy: the tiny model's
     evaluation in ``reports/smoke/report.md`` (utility 0.155, safety = 1 − ASR ≈ 0.98): safety is
@@ -306,6 +307,18 @@ def paper_security() -> Scenario:
         corr=SECURITY_CORR,
     )
 
+
+KEY_SCORES: dict[str, str] = {
+    "scale": "final/small",
+    "redundant": "final/other",
+    "collapse": "resolution",
+    "anti": "max_abs_adv",
+    "paper-code": "max_abs_adv",
+    "paper-tools": "final/function_name",
+    "paper-security": "steps_to_90",
+}
+"""Preset → the score (:func:`mrbench.lab.metrics.seed_scores`) whose numbers show its phenomenon;
+the sweep report's lab table shows it beside the objective. Other scenarios: ``objective``."""
 
 PRESETS: dict[str, Callable[[], Scenario]] = {
     "scale": scale,

@@ -18,9 +18,17 @@ that run's matrix. Both means leave such a cell out (NaN-aware means): a method'
 runs where the cell was defined, the task's over the methods where it was, and a cell stays NaN only
 when it was never defined in any selected run.
 The presets' matrices leave out the components they model themselves (code-generation's
-``efficiency``, constant in every group of the smoke runs: see :func:`mrbench.lab.presets.paper_code`);
-a NaN left inside a printed matrix is written ``math.nan`` and flagged, since a scenario needs a
-number there.
+``efficiency``, which almost never varies within a group in the smoke runs: see
+:func:`mrbench.lab.presets.paper_code`); a NaN left inside a printed matrix is written ``math.nan``
+and flagged, since a scenario needs a number there.
+
+A mean of correlation matrices is positive semi-definite, but components that are exact copies in
+the runs (syntax and compile) put it on the edge (smallest eigenvalue 0), where rounding for print
+makes it indefinite and the scenario refuses it. A matrix whose smallest eigenvalue is below
+:data:`mrbench.lab.correlation.EIGEN_FLOOR` is therefore replaced by the nearest correlation matrix
+with eigenvalues at least that floor (:func:`mrbench.lab.correlation.nearest_correlation`; a comment
+says so and by how much it changed), and each matrix is printed with the fewest decimals (at least
+two) at which it stays positive semi-definite.
 
 Print the matrices of the smoke sweep, ready to paste into :mod:`mrbench.lab.presets`::
 
@@ -43,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from mrbench.core.errors import UserError
+from mrbench.lab.correlation import EIGEN_FLOOR, nearest_correlation, printable_decimals
 from mrbench.reporting.context import ReportContext, load_context
 from mrbench.reporting.figures import diagnostic_means
 from mrbench.reporting.store import open_reader
@@ -127,14 +136,16 @@ def read_correlations(sweep: str, tracking_uri: str | None = None) -> dict[str, 
     return sweep_correlations(ctx)
 
 
-def _number(value: float) -> str:
+def _number(value: float, decimals: int = 2) -> str:
     # ``+ 0.0`` turns a rounded −0.00 into 0.00.
-    return "math.nan" if math.isnan(value) else f"{round(float(value), 2) + 0.0:.2f}"
+    return "math.nan" if math.isnan(value) else f"{round(float(value), decimals) + 0.0:.{decimals}f}"
 
 
-def python_matrix(name: str, matrix: np.ndarray) -> str:
-    """``NAME = ((…), …)`` with two decimals: on one line when it fits, else one row per line."""
-    rows = [f"({', '.join(_number(v) for v in row)}{',' if len(row) == 1 else ''})" for row in matrix]
+def python_matrix(name: str, matrix: np.ndarray, decimals: int = 2) -> str:
+    """``NAME = ((…), …)`` with ``decimals`` decimals: on one line when it fits, else one row per line."""
+    rows = [
+        f"({', '.join(_number(v, decimals) for v in row)}{',' if len(row) == 1 else ''})" for row in matrix
+    ]
     one_line = f"{name} = ({', '.join(rows)}{',' if len(rows) == 1 else ''})"
     if len(one_line) <= LINE_LENGTH:
         return one_line
@@ -163,7 +174,19 @@ def task_source(task: str, found: TaskCorrelation) -> list[str]:
         lines.append(
             "# math.nan: never defined in any run (a component constant in every group); choose a value"
         )
-    return [*lines, python_matrix(name, matrix)]
+        return [*lines, python_matrix(name, matrix)]
+    smallest = float(np.linalg.eigvalsh(matrix).min())
+    if smallest < EIGEN_FLOOR:
+        nearest = nearest_correlation(matrix)
+        lines += [
+            f"# the mean's smallest eigenvalue is {smallest:.2g}: projected to the nearest correlation",
+            f"# matrix with eigenvalues >= {EIGEN_FLOOR:g} (Higham's alternating projections; largest "
+            f"change {np.abs(nearest - matrix).max():.2g})",
+        ]
+        matrix = nearest
+    decimals = printable_decimals(matrix)
+    lines.append(f"# {decimals} decimals: the fewest that keep the printed matrix positive semi-definite")
+    return [*lines, python_matrix(name, matrix, decimals)]
 
 
 def main(argv: list[str] | None = None) -> int:

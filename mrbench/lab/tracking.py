@@ -14,6 +14,7 @@ import numpy as np
 
 from mrbench.core import layout
 from mrbench.lab.metrics import MethodSummary
+from mrbench.lab.presets import KEY_SCORES
 from mrbench.lab.simulate import LabResult
 from mrbench.lab.summary import OBJECTIVE, normalised_curves
 
@@ -97,10 +98,12 @@ def _log_batches(client: Any, run_id: str, metrics: list[Any]) -> None:
 
 
 def lab_record(result: LabResult, summaries: Mapping[str, MethodSummary]) -> dict[str, Any]:
-    """The ``lab.json`` artifact: scenario, seeds, per-seed scores and statistics per method."""
+    """The ``lab.json`` artifact: scenario, seeds, the scenario's key score (the number that shows
+    its phenomenon, :data:`mrbench.lab.presets.KEY_SCORES`), per-seed scores and statistics per method."""
     return {
         "scenario": result.scenario.to_dict(),
         "seeds": list(result.seeds),
+        "key_score": KEY_SCORES.get(result.scenario.name, OBJECTIVE),
         "methods": {
             m: {
                 "params": run.params,
@@ -121,9 +124,11 @@ def log_lab(
     tracking_uri: str,
     command: str,
     report_dir: Path | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> Logged:
     """Write the parent run (tags, scenario params, ``lab.json``, the report folder) and one child
-    run per method (params, per-step and summary metrics) into experiment ``lab-<scenario>``."""
+    run per method (params, per-step and summary metrics) into experiment ``lab-<scenario>``;
+    ``tags`` (full MLflow names) are added to the parent's."""
     from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
@@ -139,6 +144,7 @@ def log_lab(
         layout.tag(layout.COMMAND): command,
         layout.tag(layout.GIT_SHA): git_sha(),
         layout.tag(layout.HOST): socket.gethostname(),
+        **(tags or {}),
     }
     parent = client.create_run(experiment_id, tags=parent_tags, run_name=f"lab {scenario.name}").info.run_id
     settings = scenario.to_dict()

@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
 from mrbench.lab import presets
+from mrbench.lab.correlation import EIGEN_FLOOR, nearest_correlation, printable_decimals
 from mrbench.lab.presets import CODE_CORR_6, SECURITY_CORR, TOOLS_CORR, paper_code
 from mrbench.lab.smoke_corr import (
     PRESET_MATRICES,
@@ -159,7 +160,7 @@ def test_the_command_prints_the_presets_python(store: Store, capsys: pytest.Capt
     out = capsys.readouterr().out
     assert "# left out: efficiency (never defined: constant in every group)" in out
     assert "\nSECURITY_CORR = ((1.00, " in out  # short: one line, as in presets.py
-    assert "\nCODE_CORR_6 = (\n    (1.00, " in out  # long: a row per line
+    assert "\nCODE_CORR_6 = (\n    (1.0" in out  # long: a row per line
     assert max(map(len, out.splitlines())) <= 110  # pasted into presets.py, it stays ruff-clean
     namespace: dict[str, object] = {"math": math}
     exec(out, namespace)  # what a maintainer pastes must run
@@ -167,8 +168,16 @@ def test_the_command_prints_the_presets_python(store: Store, capsys: pytest.Capt
     for task, (name, names) in PRESET_MATRICES.items():
         printed = np.array(namespace[name])
         index = [found[task].components.index(n) for n in names]  # the preset's order, not the runs'
-        assert np.array_equal(printed, np.round(_expected(store, task)[np.ix_(index, index)], 2)), name
+        expected = _expected(store, task)[np.ix_(index, index)]
         assert printed.shape == np.array(getattr(presets, name)).shape
+        assert np.linalg.eigvalsh(printed).min() >= 0, name  # a scenario accepts what is printed
+        if np.linalg.eigvalsh(expected).min() >= EIGEN_FLOOR:  # printed as measured
+            assert np.array_equal(printed, np.round(expected, printable_decimals(expected))), name
+        else:  # the nearest correlation matrix, and the output says so
+            nearest = nearest_correlation(expected)
+            assert np.array_equal(printed, np.round(nearest, printable_decimals(nearest))), name
+            comments = out.split(f"\n{name} = ")[0].rsplit("\n\n", 1)[-1]
+            assert "projected to the nearest correlation" in comments, name
 
 
 def test_preset_components_are_the_presets_rows() -> None:
@@ -209,3 +218,29 @@ def test_efficiency_follows_accuracy_at_half_strength() -> None:
     acc, eff = s.components.index("accuracy"), s.components.index("efficiency")
     assert s.corr[eff][acc] == 0.5
     assert np.allclose(np.array(s.corr)[eff, :6], 0.5 * np.array(CODE_CORR_6)[acc])
+
+
+def test_an_edge_matrix_is_projected_and_printed_so_that_it_stays_positive_semi_definite() -> None:
+    # Two exact copies (a, b) and a third component: PSD, smallest eigenvalue 0; at 2 decimals the
+    # printed matrix would be indefinite, which is what pasting the smoke sweep's numbers gave.
+    matrix = np.array([[1.0, 1.0, 0.744], [1.0, 1.0, 0.746], [0.744, 0.746, 1.0]])
+    assert np.linalg.eigvalsh(matrix).min() < EIGEN_FLOOR
+    lines = task_source("toy-task", TaskCorrelation(["a", "b", "c"], ["grpo"], 1, matrix))
+    assert any("projected to the nearest correlation" in line for line in lines)
+    namespace: dict[str, object] = {}
+    exec(lines[-1], namespace)
+    printed = np.array(namespace["TOY_TASK_CORR"])
+    assert np.allclose(np.diag(printed), 1.0) and np.linalg.eigvalsh(printed).min() >= 0
+    assert np.abs(printed - matrix).max() < 0.01
+
+
+def test_a_matrix_with_margin_is_printed_as_measured_at_two_decimals() -> None:
+    matrix = np.array([[1.0, 0.6], [0.6, 1.0]])
+    lines = task_source("toy-task", TaskCorrelation(["a", "b"], ["grpo"], 1, matrix))
+    assert not any("projected" in line for line in lines)
+    assert lines[-1] == "TOY_TASK_CORR = ((1.00, 0.60), (0.60, 1.00))"
+
+
+def test_the_presets_matrices_have_eigenvalues_off_zero() -> None:
+    for name in ("CODE_CORR_6", "TOOLS_CORR", "SECURITY_CORR"):
+        assert np.linalg.eigvalsh(np.array(getattr(presets, name))).min() > 0, name
