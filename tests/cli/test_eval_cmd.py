@@ -86,3 +86,36 @@ def test_values_that_cannot_be_evaluated_exit_2_naming_them(
     assert code == 2, (out, err)
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert says.format(no_weights=no_weights) in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "dataset"),
+    [
+        (["eval", "--model", "tiny", "--task", "code-generation", "--dataset", "mbpp"], "mbpp"),
+        (["eval", "--model", "tiny", "--task", "code-generation", "--dataset", "leetcode"], "leetcode"),
+        (["run", "--task", "code-generation", "--task-param", "dataset=mbpp", "--model", "tiny"], "mbpp"),
+        (["run", "--task", "code-generation", "--task-param", "eval_dataset=leetcode"], "leetcode"),
+    ],
+    ids=["eval-mbpp", "eval-leetcode", "run-mbpp", "run-eval-leetcode"],
+)
+def test_a_hub_dataset_offline_is_one_line_naming_it_and_how_to_provide_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path, new_store, argv, dataset
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from mrbench.tasks.code_generation import hub
+
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    hub.mbpp_problems.cache_clear()
+    hub.leetcode_problems.cache_clear()
+    uri = new_store(tmp_path / "store")
+    monkeypatch.setattr(sys, "argv", ["mrbench", *argv, "--tracking-uri", uri])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main(cli_app.app)
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert f"dataset {dataset!r}" in err and "unreachable" in err and "HF_HUB_OFFLINE=1" in err
+    assert MlflowClient(tracking_uri=uri).search_experiments(filter_string="name != 'Default'") == []

@@ -116,7 +116,7 @@ def test_what_cannot_be_evaluated_stops_before_any_run(store, tmp_path, monkeypa
     # A hub data set that is neither reachable nor cached: said before any run (and before the model).
     monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    with pytest.raises(UserError, match=r"cannot load its eval data 'mbpp'.*unreachable"):
+    with pytest.raises(UserError, match=r"dataset 'mbpp'.*unreachable.*HF_HUB_OFFLINE=1"):
         run_eval(EvalSpec(model="tiny", task="code-generation", dataset="mbpp"), tracking_uri=store)
     client = MlflowClient(tracking_uri=store)
     assert client.get_experiment_by_name(layout.EVAL_EXPERIMENT) is None

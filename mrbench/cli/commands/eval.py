@@ -27,8 +27,10 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 "--dataset",
-                help="Eval data: tool-calling embedded | bfcl | bfcl-<category>; code-generation "
-                "embedded | humaneval | mbpp | leetcode; agent-security embedded | agentdojo.",
+                help="Eval data: tool-calling embedded | bfcl | bfcl-<category> | toolrl | apibank; "
+                "code-generation embedded | humaneval | mbpp | leetcode | livecodebench; agent-security "
+                "embedded | agentdojo | injecagent | asb (toolrl, apibank, livecodebench, injecagent, asb "
+                "need --task-param data_path=PATH: docs/benchmarks.md).",
             ),
         ] = None,
         limit: Annotated[
