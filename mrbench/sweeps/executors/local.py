@@ -1,8 +1,9 @@
 """Cells on this machine: one after another in this process, or up to ``workers`` at a time in
 worker processes (:mod:`mrbench.sweeps.cell_process`).
 
-In this process TRL's per-step bar stays visible. Each worker process gets ``cores // workers``
-threads and writes its output to ``<log_dir>/<cell>-<run key>.log``.
+A cell's library output goes to its own log (:mod:`mrbench.engine.console`). Each worker process
+gets ``cores // workers`` threads and writes what it prints outside the cell to
+``<log_dir>/<cell>-<run key>.log`` (with ``--verbose``, to the sweep's terminal).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mrbench.engine.console import verbose
 from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
 from mrbench.sweeps.cell_process import EXIT_FINISHED, EXIT_KILLED, THREAD_VARS, cell_payload
 from mrbench.sweeps.progress import SweepProgress
@@ -113,7 +115,7 @@ def run_processes(
                     # SIGINT (a second one could interrupt the child while it ends its run KILLED).
                     proc = subprocess.Popen(
                         [sys.executable, "-m", "mrbench.sweeps.cell_process", str(payload)],
-                        stdout=log,
+                        stdout=None if verbose() else log,  # --verbose: the output shows live
                         stderr=subprocess.STDOUT,
                         env=env,
                         start_new_session=True,
