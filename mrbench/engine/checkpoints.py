@@ -5,8 +5,11 @@ never an MLflow artifact (a policy can be gigabytes)::
 
     <results>/checkpoints/<run_key>/
         final/               the trained policy and its tokenizer (save "final", the default)
-        checkpoint-<step>/   also every N optimizer steps (save "every:N": TRL's save_steps, model only)
-        README.md            TRL's model card, written with the step checkpoints
+        checkpoint-<step>/   while the cell trains: its training checkpoints (policy, optimizer,
+                             scheduler, RNG state, step, and mrbench-resume.json naming its run;
+                             see mrbench.engine.resume); once it is FINISHED, only those of save
+                             "every:N" stay, model only
+        README.md            TRL's model card, written with the step checkpoints (kept with "every:N")
         pending/record.json  what the run could not log past the retry bound (only after an outage)
         pending/<artifact>   the artifact files that record names
 
@@ -131,6 +134,17 @@ class CellFolder:
         if self.root.is_dir() and not any(self.root.iterdir()):
             self.root.rmdir()
 
+    def step_checkpoints(self) -> list[tuple[int, Path]]:
+        """The ``checkpoint-<step>`` folders, ``(step, path)`` by increasing step."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for path in self.root.glob(_STEP_PREFIX + "*"):
+            step = path.name.removeprefix(_STEP_PREFIX)
+            if path.is_dir() and step.isdigit():
+                found.append((int(step), path))
+        return sorted(found)
+
     def clear_step_checkpoints(self) -> None:
         """Remove the ``checkpoint-<step>`` folders of an earlier attempt (a new one writes its own)."""
         if self.root.is_dir():
@@ -161,8 +175,13 @@ def save_policy(trainer: Any, folder: Path) -> Path:
     Written next to it first and then moved into place, so ``folder`` always holds one complete
     checkpoint (the earlier one until the new one is complete).
     """
-    folder.parent.mkdir(parents=True, exist_ok=True)
     partial = folder.with_name(folder.name + ".partial")
+    if not getattr(trainer, "is_world_process_zero", lambda: True)():
+        # Another rank of a multi-process cell: it joins the save (a sharded model is gathered by
+        # every rank) and leaves the files to rank 0.
+        trainer.save_model(str(partial))
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(partial, ignore_errors=True)
     trainer.save_model(str(partial))
     old = folder.with_name(folder.name + ".old")

@@ -2,7 +2,9 @@
 
 A cell whose run key has a FINISHED run is done and skipped. RUNNING runs left by a dead
 invocation (kill -9, power loss) are marked KILLED, so the MLflow UI is truthful, and their
-cells, like FAILED and KILLED ones, run again. The runs of another invocation of the same sweep
+cells, like FAILED and KILLED ones, run again: a KILLED one with a training checkpoint goes on in
+the same run from that checkpoint (the cell function decides, :mod:`mrbench.engine.resume`; the
+state printed here says "resume from step N"). The runs of another invocation of the same sweep
 that is still alive (:mod:`mrbench.sweeps.liveness`) are left alone: the two share the cells,
 each running those it claims first (:mod:`mrbench.sweeps.claims`).
 """
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core import layout
+from mrbench.engine.resume import resumable_step
 from mrbench.sweeps.cell import Cell
 from mrbench.sweeps.liveness import Invocation, is_alive, is_sweep_run
 
@@ -50,6 +53,7 @@ def resume_states(client: Any, experiment_id: str, cells: list[Cell], *, mark_st
     live = {run.info.run_id: Invocation.from_run(run) for run in runs if is_sweep_run(run) and is_alive(run)}
     finished: set[str] = set()
     last: dict[str, str] = {}
+    last_id: dict[str, str] = {}
     stale = 0
     for run in sorted(runs, key=lambda r: r.info.start_time or 0):
         status = run.info.status
@@ -62,7 +66,7 @@ def resume_states(client: Any, experiment_id: str, cells: list[Cell], *, mark_st
         key = layout.read_tag(run.data.tags, layout.RUN_KEY)
         if not key:
             continue
-        last[key] = status
+        last[key], last_id[key] = status, run.info.run_id
         if status == "FINISHED":
             finished.add(key)
     holders = {key: inv for inv in live.values() for key in inv.claims}
@@ -73,7 +77,8 @@ def resume_states(client: Any, experiment_id: str, cells: list[Cell], *, mark_st
         elif cell.key in holders:
             states[cell.key] = f"held by {holders[cell.key].describe()}"
         elif cell.key in last:
-            states[cell.key] = f"re-run ({last[cell.key]})"
+            step = resumable_step(cell.key, last_id[cell.key]) if last[cell.key] != "FAILED" else None
+            states[cell.key] = f"re-run ({last[cell.key]})" if step is None else f"resume from step {step}"
         else:
             states[cell.key] = "to run"
     return Resume(states, stale, list(live.values()))
