@@ -81,6 +81,10 @@ class CellContext:
     log_dir: Path
     claim: ClaimFn | None = None
     """None: every cell runs unclaimed (one invocation alone, as in tests of an executor)."""
+    processes_per_cell: int = 1
+    """Processes training each cell (> 1: started by ``accelerate launch`` from a worker)."""
+    distributed: str = "ddp"
+    """The ``accelerate`` preset of a multi-process cell (:mod:`mrbench.engine.distributed`)."""
 
     def held(self, cell: Cell) -> CellOutcome | None:
         """Claim ``cell`` (executors call this just before starting it): None when it may run,

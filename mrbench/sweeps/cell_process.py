@@ -1,9 +1,11 @@
 """One sweep cell in its own process: ``python -m mrbench.sweeps.cell_process PAYLOAD.json``.
 
 The payload (written by :func:`cell_payload`, in JSON) names the spec class and the cell function
-by ``"module:attr"``, the tracking store, experiment and parent run, the thread budget and where
-to write the result. Exit codes: 0 FINISHED, 1 FAILED, 130 KILLED (SIGINT). A Ray task runs the
-same :func:`run_payload` (:mod:`mrbench.sweeps.executors.ray`).
+by ``"module:attr"``, the tracking store, experiment and parent run, the thread budget, the
+processes per cell and where to write the result. A cell of more than one process is started
+from here with ``accelerate launch`` (:func:`mrbench.engine.distributed.launch_cell`); its rank 0
+logs, and its result comes back here. Exit codes: 0 FINISHED, 1 FAILED, 130 KILLED (SIGINT). A
+Ray task runs the same :func:`run_payload` (:mod:`mrbench.sweeps.executors.ray`).
 
 A worker must not outlive its sweep: if the sweep process dies (even by ``kill -9``) the worker
 gets SIGINT, so its run ends KILLED and a resumed sweep runs the cell again instead of racing
@@ -20,8 +22,10 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from mrbench.core.errors import UserError
 from mrbench.sweeps.cell import Cell, CellContext, load_callable
 
 EXIT_FINISHED, EXIT_FAILED, EXIT_KILLED = 0, 1, 130
@@ -70,6 +74,23 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
+def check_processes_per_cell(cells: list[Cell], processes: int, distributed: str) -> None:
+    """UserError, before anything runs, when ``processes`` > 1 cannot train ``cells``: a GPU-only
+    preset without CUDA, or a cell whose ``train.prompts_per_step`` the processes cannot share."""
+    if processes <= 1:
+        return
+    from mrbench.engine.distributed import check_processes, per_process
+
+    check_processes(processes, distributed)
+    for cell in cells:
+        train = getattr(cell.spec, "train", None)
+        if train is not None:
+            try:
+                per_process(train.prompts_per_step, processes)
+            except UserError as exc:
+                raise UserError(f"cell {cell.label}: {exc}") from None
+
+
 def cell_payload(
     cell: Cell, ctx: CellContext, fn_path: str, threads: int, result: Path | None
 ) -> dict[str, Any]:
@@ -80,6 +101,8 @@ def cell_payload(
     """
     spec_cls = type(cell.spec)
     return {
+        "processes_per_cell": getattr(ctx, "processes_per_cell", 1),
+        "distributed": getattr(ctx, "distributed", "ddp"),
         "spec": cell.spec.to_dict(),
         "spec_class": f"{spec_cls.__module__}:{spec_cls.__qualname__}",
         "cell_fn": fn_path,
@@ -109,15 +132,29 @@ def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
         sys.modules["torch"].set_num_threads(threads)
     spec = spec_cls.from_dict(payload["spec"])
     started = time.perf_counter()
+    kwargs = {
+        "tracking_uri": payload["tracking_uri"],
+        "experiment": payload["experiment"],
+        "parent_run_id": payload.get("parent_run_id"),
+        "sweep": payload.get("sweep"),
+        "progress": False,
+    }
+    processes = int(payload.get("processes_per_cell") or 1)
     try:
-        result = cell_fn(
-            spec,
-            tracking_uri=payload["tracking_uri"],
-            experiment=payload["experiment"],
-            parent_run_id=payload.get("parent_run_id"),
-            sweep=payload.get("sweep"),
-            progress=False,
-        )
+        if processes > 1:
+            from mrbench.engine.distributed import launch_cell
+
+            outcome = launch_cell(
+                spec,
+                processes=processes,
+                distributed=payload.get("distributed") or "ddp",
+                cell_fn=payload["cell_fn"],
+                threads=threads,
+                **kwargs,
+            )
+            result: Any = SimpleNamespace(**outcome)
+        else:
+            result = cell_fn(spec, **kwargs)
     except KeyboardInterrupt:
         raise
     except Exception as exc:
