@@ -42,8 +42,13 @@ class TrainSettings:
     """Evaluate on at most this many held-out samples; 0 = all of them."""
     gradient_accumulation_steps: int = 1
     """Micro-batches per optimizer step (for large models on small devices)."""
-    bf16: bool = False
-    """bfloat16 training (GPUs only)."""
+    bf16: bool = True
+    """bfloat16 weights and autocast on a CUDA GPU that supports it; float32 on a CPU or an older GPU
+    whatever this says. ``false``: float32 everywhere (see :func:`mrbench.engine.models.policy_dtype`)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, about a third more compute."""
+    use_vllm: bool = False
+    """Generate rollouts with vLLM colocated on the training GPU (the ``vllm`` extra; CUDA only)."""
 
     def __post_init__(self) -> None:
         # Lower bounds; every float must also be finite (inf passes `> 0`, NaN fails silently).

@@ -174,14 +174,15 @@ def evaluate_model(task: Task, model: Any, tokenizer: Any, limit: int) -> EvalRe
     return task.evaluate(HFGenerator(model, tokenizer), samples)
 
 
-def load_policy(path: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a loadable ``path`` (folder or hub id); the model on the GPU if any."""
+def load_policy(path: str, *, dtype: str | None = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a loadable ``path`` (folder or hub id); the model on the GPU if any,
+    in ``dtype`` (see :func:`mrbench.engine.models.load_model`)."""
     import torch
 
     from mrbench.engine.models import load_model, load_tokenizer
 
     tokenizer = load_tokenizer(path)
-    model = load_model(path)
+    model = load_model(path, dtype=dtype)
     if torch.cuda.is_available():
         model = model.to("cuda")
     return model, tokenizer
@@ -357,7 +358,7 @@ def run_eval(
     source = resolve_model(spec.model, client)
     task = build_task(task_name, settings)
     try:
-        _check_eval_data(task, dataset)
+        check_eval_data(task, dataset)
         t0 = time.perf_counter()
         path = prepare_model(source.path)
         seed = spec.seed if spec.seed is not None else settings.get(SEED_SETTING, 0)
@@ -434,10 +435,13 @@ def _start_run(
     return client.create_run(experiment_id, tags=tags, run_name=run_name).info.run_id
 
 
-def _check_eval_data(task: Task, dataset: str) -> None:
-    """Load the eval samples before any run exists: a hub data set that is neither reachable nor
-    cached (MBPP, LeetCodeDataset offline) is a :class:`UserError` saying so, not a failed run."""
+def check_eval_data(task: Task, dataset: str) -> None:
+    """Load the eval samples before any run exists: data that cannot be loaded here (a hub data set
+    neither reachable nor cached, a missing optional package) is a :class:`UserError` saying so, not
+    a failed run. (A task's own :class:`UserError`, e.g. BFCL's install line, passes unchanged.)"""
     try:
         task.eval_samples()  # the built-in tasks keep what they loaded, so this costs nothing later
-    except (RuntimeError, OSError) as exc:  # what the hub loaders raise when the data is unavailable
+    except UserError:
+        raise
+    except (RuntimeError, OSError, ImportError) as exc:  # what loaders raise when the data is unavailable
         raise UserError(f"task {task.name!r} cannot load its eval data {dataset!r}: {exc}") from None

@@ -6,6 +6,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from mrbench.core.contracts import Message
+from mrbench.core.errors import UserError
+
+
+def require_vllm() -> None:
+    """Raise :class:`UserError` unless vLLM generation (``use_vllm``) can run in this process:
+    the ``vllm`` package importable and a CUDA GPU visible."""
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError(
+            "use_vllm=true needs vLLM, an optional extra for CUDA machines: pip install 'mrbench[vllm]' "
+            "(or leave use_vllm off to generate with transformers)"
+        )
+    if not torch.cuda.is_available():
+        raise UserError("use_vllm=true needs a CUDA GPU and this process sees none; leave use_vllm off")
 
 
 class HFGenerator:

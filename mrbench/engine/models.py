@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.engine import phases
 from mrbench.engine.tracking import results_dir
 
 log = logging.getLogger(__name__)
@@ -190,20 +191,24 @@ def collect_demonstrations(
 
     demos: list[tuple[list[dict], str]] = []
     used: list[str] = []
-    for name in tasks.TASKS.builtin_names():
-        try:
-            task = tasks.build_task(name)
-        except ImportError as exc:
-            log.warning("warm start: task %s unavailable (%s); not included", name, exc)
-            continue
-        try:
-            own = task.demonstrations(per_task, seed)
-        finally:
-            task.close()
-        if drop_fraction > 0 and not task.demos_keep_final_line:
-            own = drop_final_lines(own, drop_fraction, seed=f"{seed}/{task.name}")
-        demos.extend(own)
-        used.append(f"{task.name}@{task.version}")
+    names = tasks.TASKS.builtin_names()
+    with phases.phase("demonstrations", len(names), "tasks") as progress:
+        for done, name in enumerate(names):
+            progress.update(done)
+            try:
+                task = tasks.build_task(name)
+            except ImportError as exc:
+                log.warning("warm start: task %s unavailable (%s); not included", name, exc)
+                continue
+            try:
+                own = task.demonstrations(per_task, seed)
+            finally:
+                task.close()
+            if drop_fraction > 0 and not task.demos_keep_final_line:
+                own = drop_final_lines(own, drop_fraction, seed=f"{seed}/{task.name}")
+            demos.extend(own)
+            used.append(f"{task.name}@{task.version}")
+        progress.update(len(names))
     if not demos:
         raise UserError("no task could provide demonstrations for the tiny model's warm start")
     return demos, used
@@ -378,6 +383,7 @@ def sft_warm_start(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     losses: list[float] = []
     batches: list[list[tuple[list[int], list[int]]]] = []
+    warm = phases.start("warm start", preset.sft_steps, "steps")
     for _ in range(preset.sft_steps):
         if not batches:
             batches = _bucketed_batches(encoded, preset.sft_batch_size, rng)
@@ -397,6 +403,8 @@ def sft_warm_start(
         opt.step()
         sched.step()
         losses.append(loss.item())
+        warm.advance()
+    warm.end()
     model.eval()
     tail = losses[-20:]
     return sum(tail) / len(tail)
@@ -476,7 +484,8 @@ def build_tiny_model(
         texts.append(completion)
     texts.extend(CHAT_TEMPLATE.split("{%"))  # keep markup fragments in the merges
     out_dir.mkdir(parents=True, exist_ok=True)
-    trained = train_tokenizer(texts, preset.vocab_size)
+    with phases.phase("tokenizer"):
+        trained = train_tokenizer(texts, preset.vocab_size)
     model = untrained_model(preset, trained, seed=seed)
     # Warm-start with the tokenizer exactly as every later user loads it: AutoTokenizer picks
     # its class from the model config (Qwen2Tokenizer), so the config is saved first. The check
@@ -544,10 +553,32 @@ def load_tokenizer(path: str) -> Any:
     return tok
 
 
-def load_model(path: str, *, dtype: str = "auto") -> Any:
-    """Causal LM from a path or hub id, with a clear error when it cannot be loaded."""
+def bf16_supported() -> bool:
+    """Whether this process sees a CUDA GPU that computes in bfloat16 (Ampere or newer)."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def policy_dtype(bf16: bool) -> str:
+    """The dtype a cell trains its policy in: ``"bfloat16"`` when ``bf16`` (the train setting) is
+    asked for and :func:`bf16_supported`, else ``"float32"`` (always on a CPU, where bfloat16 is
+    slow and imprecise). In bfloat16 the weights, gradients and AdamW states are all bfloat16, as
+    TRL loads a model by name: a 7B policy then needs about 60 GB instead of twice that."""
+    return "bfloat16" if bf16 and bf16_supported() else "float32"
+
+
+def load_model(path: str, *, dtype: str | None = None) -> Any:
+    """Causal LM from a path or hub id, with a clear error when it cannot be loaded.
+
+    ``dtype``: a torch dtype name or ``"auto"`` (the checkpoint's own); None: ``"auto"`` on a CUDA
+    GPU, ``"float32"`` on a CPU (hub checkpoints are mostly bfloat16, which a CPU runs slowly).
+    """
+    import torch
     from transformers import AutoModelForCausalLM
 
+    if dtype is None:
+        dtype = "auto" if torch.cuda.is_available() else "float32"
     try:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as exc:

@@ -4,9 +4,10 @@ TRL 1.16 has no advantage hook, so the subclass
 1. keeps the gathered ``rewards_per_func`` ``[B_total, K]`` that ``_calculate_rewards`` returns,
 2. lets ``_generate_and_score_completions`` run unchanged (generation, reward calls, KL inputs,
    TRL's own reward logging), then
-3. recomputes the advantages from the kept rewards with the chosen method, slices them to this
-   process, and replaces ``advantages`` in the returned batch, plus the tail of
-   ``_logs["advantages"]`` so that logged completions show what was trained on.
+3. recomputes the advantages from the kept rewards with the chosen method, on whole groups of the
+   global batch, slices them to this process (:func:`mrbench.engine.distributed.local_slice`, the
+   rows TRL's ``process_slice`` gives it), and replaces ``advantages`` in the returned batch, plus
+   the tail of ``_logs["advantages"]`` so that logged completions show what was trained on.
 
 Everything else (loss, clipping, KL, optimisation) is TRL's.
 
@@ -34,6 +35,7 @@ from trl import GRPOTrainer
 from mrbench.core import layout
 from mrbench.core.contracts import completion_text
 from mrbench.core.rollout import Rollout, RolloutBatch, RolloutContext, TokenGenerate
+from mrbench.engine.distributed import local_slice
 from mrbench.methods import METHODS
 from mrbench.methods.diagnostics import diagnostics, shadow_diagnostics
 
@@ -182,6 +184,10 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
                 raise ValueError("pass either a task rollout or a TRL rollout_func, not both")
             kwargs["rollout_func"] = self._trl_rollout_func(rollout)
         super().__init__(*args, **kwargs)
+        if rollout is not None and self.use_vllm:
+            # A rollout returns no sampling logprobs (``logprobs`` None), so TRL has nothing to
+            # correct vLLM's sampling against: train on the episodes as sampled, as without vLLM.
+            self.vllm_importance_sampling_correction = False
 
     # ------------------------------------------------------------------ multi-turn rollouts
 
@@ -203,28 +209,18 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
     def _policy_sampler(self) -> TokenGenerate:
         """Sampling with the model being trained and the run's generation settings.
 
-        Each call left-pads its ``B`` sequences into ``input_ids`` ``[B, W]`` and returns the
-        ``B`` rows of ``generate``'s output past column ``W`` (new tokens, EOS then padding when
-        a row ended early). With ``use_vllm`` the rollout still samples through transformers,
-        with the same temperature / top-p / top-k TRL gives vLLM.
+        With ``use_vllm``: TRL's colocated vLLM engine (:meth:`_vllm_sampler`). Otherwise each call
+        left-pads its ``B`` sequences into ``input_ids`` ``[B, W]`` and returns the ``B`` rows of
+        transformers' ``generate`` output past column ``W`` (new tokens, EOS then padding when a
+        row ended early).
         """
-        from transformers import GenerationConfig
         from trl.models.utils import unwrap_model_for_generation
 
+        if self.use_vllm:
+            return self._vllm_sampler()
         tokenizer = self.processing_class
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        if self.use_vllm:  # TRL builds no transformers generation config for vLLM runs
-            config = GenerationConfig(
-                do_sample=True,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                top_k=self.top_k,
-                pad_token_id=pad,
-                eos_token_id=self.eos_token_ids,
-            )
-            overrides = None
-        else:
-            config, overrides = self.generation_config, self.generation_kwargs
+        config, overrides = self.generation_config, self.generation_kwargs
 
         def generate(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
             device = self.accelerator.device
@@ -247,6 +243,47 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
                     max_new_tokens=max_new_tokens,
                 )
             return [row.tolist() for row in out[:, width:].cpu()]
+
+        return generate
+
+    def _vllm_sampler(self) -> TokenGenerate:
+        """Sampling through TRL's colocated vLLM engine (``self.vllm_generation.llm``).
+
+        TRL loads the policy's current weights into the engine before it calls the rollout
+        (``GRPOTrainer._generate``), so every turn samples from the policy being trained. Each
+        call sends its ``B`` sequences as token-id prompts, one sample each, with the sampling
+        settings TRL gives vLLM for its own generation (temperature, top-p, top-k, min-p,
+        repetition penalty, ``generation_kwargs``), ``max_new_tokens`` and every id of
+        ``eos_token_ids`` as a stop token. vLLM returns the outputs in prompt order, and a stop
+        token stays the last id of its output, as :data:`~mrbench.core.rollout.TokenGenerate` asks.
+
+        Only one engine per process, without sleep mode: several tensor-parallel ranks would have
+        to call the engine together, turn for turn, which a rollout whose episodes end at different
+        turns cannot promise.
+        """
+        from vllm import SamplingParams
+
+        engine = self.vllm_generation
+        if engine.mode != "colocate" or engine.tensor_parallel_size != 1 or engine.enable_sleep_mode:
+            raise ValueError(
+                "a task's multi-turn rollout generates through vLLM only with vllm_mode='colocate', "
+                "vllm_tensor_parallel_size=1 and vllm_enable_sleep_mode=False"
+            )
+        settings = {
+            "temperature": engine.temperature,
+            "top_p": engine.top_p,
+            "top_k": engine.top_k,
+            "min_p": 0.0 if engine.min_p is None else engine.min_p,
+            "repetition_penalty": engine.repetition_penalty,
+            **engine.generation_kwargs,
+        }
+        stop = list(self.eos_token_ids)
+
+        def generate(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+            params = SamplingParams(n=1, max_tokens=max_new_tokens, stop_token_ids=stop, **settings)
+            prompts = [{"prompt_token_ids": list(ids)} for ids in batch]
+            outputs = engine.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+            return [list(output.outputs[0].token_ids) for output in outputs]
 
         return generate
 
@@ -300,9 +337,10 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         weights = self.reward_weights.detach().float().cpu()
         advantages = self.method_fn(grouped, weights, **self.method_params).reshape(-1)  # [B_total]
 
+        # Whole groups of the global batch were scored above; this process trains on its own rows.
         n_local = output["advantages"].shape[0]
-        start = self.accelerator.process_index * n_local
-        local = advantages[start : start + n_local]
+        acc = self.accelerator
+        local = local_slice(advantages, n_local, acc.process_index, acc.num_processes)
         output["advantages"] = local.to(device=output["advantages"].device, dtype=output["advantages"].dtype)
 
         # TRL appended this batch's GRPO advantages to its completion log; show ours instead.
@@ -312,7 +350,8 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         for offset, value in enumerate(values):
             logged[len(logged) - tail + offset] = value
 
-        if self._batches_scored % self.diagnostics_every == 0:
+        # Diagnostics and shadows see the gathered batch; only the main process's logs are kept.
+        if acc.is_main_process and self._batches_scored % self.diagnostics_every == 0:
             self._log_diagnostics(mode, grouped, weights, advantages.view(-1, group))
         self._batches_scored += 1
         self._kept_rewards = None
