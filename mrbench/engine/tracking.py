@@ -408,7 +408,9 @@ def ensure_experiment(name: str, tracking_uri: str, *, client: Any = None) -> st
     if _is_local_store(tracking_uri):
         location = (results_dir() / ARTIFACTS_DIR).as_uri()
     try:
-        return client.create_experiment(name, artifact_location=location)
+        # MLflow's experiment kind: model training, not a GenAI app (`mrbench ui` says what the UI reads).
+        kind = {layout.EXPERIMENT_KIND_TAG: layout.EXPERIMENT_KIND_TRAINING}
+        return client.create_experiment(name, artifact_location=location, tags=kind)
     except TrackingUnavailable:
         raise
     except Exception:

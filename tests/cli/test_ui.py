@@ -1,7 +1,9 @@
-"""`mrbench ui`: the MLflow UI on 127.0.0.1, answering HTTP, stopped cleanly; bad ports refused."""
+"""`mrbench ui`: the MLflow UI on 127.0.0.1, answering HTTP, stopped cleanly; bad ports refused; the
+URL it prints opens the sweep's comparison view, which it saves on the sweep's experiment."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -9,15 +11,27 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fakes import FAKE_TASKS, synthetic_sweep
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from mrbench.cli.app import app
-from mrbench.cli.commands.ui import HOST, port_free, ui_command, ui_env
+from mrbench.cli.commands.ui import (
+    HOST,
+    comparison_page,
+    comparison_state,
+    page_url,
+    port_free,
+    ui_command,
+    ui_env,
+)
+from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.engine.tracking import ensure_experiment
 
 
 def free_port() -> int:
@@ -89,3 +103,91 @@ def test_ui_starts_answers_http_and_stops(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# --- the comparison the printed URL opens ------------------------------------------------------
+
+
+def test_comparison_view_groups_cells_by_task_with_primary_metric_columns() -> None:
+    state = comparison_state(["exact_match", "pass_at_1"])
+    after = ["metrics.`eval/exact_match`", "metrics.`eval/pass_at_1`"]
+    before = ["metrics.`eval_before/exact_match`", "metrics.`eval_before/pass_at_1`"]
+    assert state["selectedColumns"] == after + before
+    assert state["columnOrder"][1:] == [*after, *before, "duration"]  # after the run name
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "mrbench.task"}]
+    assert state["orderByKey"] == "tags.`mlflow.runName`" and state["orderByAsc"] is True
+
+
+def test_page_urls_open_the_model_training_pages() -> None:
+    base = "http://127.0.0.1:5000"
+    assert page_url(base, None) == f"{base}/#/experiments?workflowType=machine_learning"
+    assert page_url(base, "7") == (
+        f"{base}/#/experiments/7/runs?viewStateShareKey={layout.COMPARISON_VIEW}&workflowType=machine_learning"
+    )
+    assert "viewStateShareKey" not in page_url(base, "7", with_view=False)
+
+
+@pytest.fixture
+def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_store: Callable[[Path], str]) -> str:
+    """A private results folder with an empty store; returns the store's URI."""
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    return new_store(tmp_path / "results")
+
+
+def _sweep(uri: str, *names: str) -> str:
+    for name in names:
+        synthetic_sweep(
+            uri, name, methods=["grpo"], tasks=["tool-calling", "code-generation"], models=["tiny"], seeds=[0]
+        )
+    return uri
+
+
+def test_comparison_page_saves_the_view_on_the_sweep(results: str) -> None:
+    uri = _sweep(results, "first", "second")
+    client = MlflowClient(tracking_uri=uri)
+    first = client.get_experiment_by_name("first").experiment_id
+    url = comparison_page(uri, "http://h:1", "first")
+    assert url == page_url("http://h:1", first)
+    tags = client.get_experiment(first).tags
+    envelope = json.loads(tags[layout.SAVED_VIEW_TAG_PREFIX + layout.COMPARISON_VIEW])
+    assert envelope["name"] and isinstance(envelope["createdAt"], int)  # what the Views menu lists
+    primaries = sorted(
+        {FAKE_TASKS["tool-calling"].primary_metric, FAKE_TASKS["code-generation"].primary_metric}
+    )
+    assert json.loads(envelope["state"]) == comparison_state(primaries)
+    assert tags[layout.EXPERIMENT_KIND_TAG] == layout.EXPERIMENT_KIND_TRAINING  # set at creation
+    # Without a sweep named: the sweep that started last.
+    second = client.get_experiment_by_name("second").experiment_id
+    assert comparison_page(uri, "http://h:1", None) == page_url("http://h:1", second)
+
+
+def test_new_experiments_are_model_training(results: str) -> None:
+    experiment_id = ensure_experiment("fresh", results)
+    tags = MlflowClient(tracking_uri=results).get_experiment(experiment_id).tags
+    assert tags[layout.EXPERIMENT_KIND_TAG] == layout.EXPERIMENT_KIND_TRAINING
+
+
+def test_store_without_sweeps_opens_the_experiment_list(
+    tmp_path: Path, new_store: Callable[[Path], str]
+) -> None:
+    uri = new_store(tmp_path)
+    assert comparison_page(uri, "http://h:1", None) == page_url("http://h:1", None)
+    assert comparison_page(f"sqlite:///{tmp_path / 'none.db'}", "http://h:1", None) == page_url(
+        "http://h:1", None
+    )
+
+
+def test_unknown_sweep_is_a_user_error_naming_it(tmp_path: Path, results: str) -> None:
+    uri = _sweep(results, "real")
+    result = CliRunner().invoke(app, ["ui", "nope", "--port", str(free_port()), "--tracking-uri", uri])
+    assert isinstance(result.exception, UserError)
+    assert "no sweep 'nope'" in str(result.exception) and "real" in str(result.exception)
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    result = CliRunner().invoke(app, ["ui", "nope", "--port", str(free_port()), "--tracking-uri", missing])
+    assert isinstance(result.exception, UserError) and "does not exist" in str(result.exception)
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_sweep_on_an_unreachable_server_fails_fast() -> None:
+    result = CliRunner().invoke(app, ["ui", "s", "--tracking-uri", f"http://{HOST}:{free_port()}"])
+    assert isinstance(result.exception, UserError) and "cannot reach" in str(result.exception)

@@ -1,7 +1,23 @@
-"""``mrbench ui``: the MLflow UI on the configured tracking store, on 127.0.0.1 only."""
+"""``mrbench ui [SWEEP]``: the MLflow UI on the configured tracking store, on 127.0.0.1 only,
+opened on a sweep's comparison.
+
+What the URL it prints opens, and why (MLflow 3.17's UI):
+
+- ``workflowType=machine_learning``: the UI shows its Model-training pages (runs, models) rather
+  than the GenAI overview. 3.17 takes the view from this URL parameter, else from the browser's
+  last choice (GenAI at first); the ``mlflow.experimentKind`` tag that mrbench puts on its
+  experiments is not what it reads.
+- ``viewStateShareKey=mrbench-comparison``: a saved runs-table view, the experiment tag
+  ``mlflow.sharedViewState.mrbench-comparison`` that this command writes before starting the
+  server. It groups the cells by task and shows each task's primary metric after (``eval/``) and
+  before (``eval_before/``) training. It also sits in the page's "Views" menu. Grouping replaces
+  the nesting under the sweep's parent run because the UI keeps which parent runs are expanded
+  in the browser only (a view cannot open one); the parent runs are listed under "Additional runs".
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,11 +26,17 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
+from mrbench.core import layout
+
 HOST = "127.0.0.1"  # loopback only: the UI has no authentication
+TRAINING_VIEW = "workflowType=machine_learning"  # the UI's Model-training pages, not GenAI's
+VIEW_NAME = "mrbench: compare methods"  # the comparison view's name in the UI's Views menu
+_RUN_NAME_COLUMN = "attributes.`Run Name`"  # the runs table's column id (MLflow 3.17)
 
 
 def ui_command(tracking_uri: str, port: int) -> list[str]:
@@ -66,22 +88,138 @@ def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60
     return False
 
 
+def comparison_state(primary_metrics: list[str]) -> dict[str, Any]:
+    """The runs-table state of the comparison view: cells grouped by task (each group row shows
+    the mean over its cells), sorted by run name (``method|task|model|seed``: a method's seeds next
+    to each other); right of the run name, one ``eval/<m>`` column per primary metric (after
+    training), then the ``eval_before/<m>`` columns, then the run's duration.
+
+    Column ids and widths (pixels) are the UI's: the run-name column is made wide enough for a
+    cell's label and the metric columns narrow enough that those of three tasks fit at 1400 pixels.
+    """
+    after = [f"metrics.`{layout.eval_metric(m)}`" for m in primary_metrics]
+    before = [f"metrics.`{layout.eval_before_metric(m)}`" for m in primary_metrics]
+    task = {"mode": "tag", "groupByData": layout.tag(layout.TASK)}
+    return {
+        "selectedColumns": after + before,
+        "columnOrder": [_RUN_NAME_COLUMN, *after, *before, "duration"],
+        "columnWidths": {_RUN_NAME_COLUMN: 225} | dict.fromkeys(after + before, 112),
+        "groupBy": {"aggregateFunction": "average", "groupByKeys": [task]},
+        "orderByKey": "tags.`mlflow.runName`",
+        "orderByAsc": True,
+    }
+
+
+def saved_view(name: str, state: dict[str, Any], now_ms: int) -> str:
+    """The value of a saved-view tag: the envelope the UI's "Views" menu reads (name, creation and
+    update times in epoch milliseconds, and the state as a JSON string)."""
+    return json.dumps({"name": name, "createdAt": now_ms, "updatedAt": now_ms, "state": json.dumps(state)})
+
+
+def primary_metrics(client: Any, experiment_id: str) -> list[str]:
+    """The distinct primary metrics of the experiment's cells, sorted (one per task)."""
+    found: set[str] = set()
+    token = None
+    while True:
+        page = client.search_runs(
+            [experiment_id],
+            f"tags.`{layout.tag(layout.RUN_KEY)}` LIKE '%'",
+            max_results=1000,
+            page_token=token,
+        )
+        found.update(layout.read_tag(run.data.tags, layout.PRIMARY_METRIC) for run in page)
+        token = page.token
+        if not token:
+            return sorted(found - {""})
+
+
+def prepare_comparison(client: Any, experiment_id: str) -> bool:
+    """Write the comparison view on experiment ``experiment_id`` (and its model-training kind if it
+    has none); False, with a note, when the store cannot be written (then the URL opens the runs
+    page without it)."""
+    state = comparison_state(primary_metrics(client, experiment_id))
+    experiment = client.get_experiment(experiment_id)
+    try:
+        if layout.EXPERIMENT_KIND_TAG not in experiment.tags:
+            client.set_experiment_tag(
+                experiment_id, layout.EXPERIMENT_KIND_TAG, layout.EXPERIMENT_KIND_TRAINING
+            )
+        value = saved_view(VIEW_NAME, state, int(time.time() * 1000))
+        client.set_experiment_tag(experiment_id, layout.SAVED_VIEW_TAG_PREFIX + layout.COMPARISON_VIEW, value)
+    except Exception as exc:  # a read-only store must not keep the UI from starting
+        typer.echo(f"note: could not save the comparison view ({type(exc).__name__}: {exc})")
+        return False
+    return True
+
+
+def latest_sweep(client: Any) -> str | None:
+    """Name of the experiment whose sweep started last (None if the store has no sweep)."""
+    ids = [e.experiment_id for e in client.search_experiments()]
+    if not ids:
+        return None
+    role = f"tags.`{layout.tag(layout.ROLE)}` = '{layout.ROLE_SWEEP}'"
+    runs = client.search_runs(ids, role, order_by=["attributes.start_time DESC"], max_results=1)
+    return client.get_experiment(runs[0].info.experiment_id).name if runs else None
+
+
+def page_url(base: str, experiment_id: str | None, *, with_view: bool = True) -> str:
+    """The UI page to open: the experiment's runs in the comparison view, or without an experiment
+    the experiment list; both in the Model-training pages."""
+    if experiment_id is None:
+        return f"{base}/#/experiments?{TRAINING_VIEW}"
+    view = f"viewStateShareKey={layout.COMPARISON_VIEW}&" if with_view else ""
+    return f"{base}/#/experiments/{experiment_id}/runs?{view}{TRAINING_VIEW}"
+
+
+def comparison_page(uri: str, base: str, sweep: str | None) -> str:
+    """Prepare sweep ``sweep``'s comparison view (the latest sweep's when None) in store ``uri`` and
+    return the URL that opens it; :class:`UserError` naming ``sweep`` when the store has no such
+    experiment."""
+    from mlflow.tracking import MlflowClient
+
+    from mrbench.core.errors import UserError
+
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        if sweep is None:
+            return page_url(base, None)
+        raise UserError(f"no sweep {sweep!r}: the tracking store {uri!r} does not exist")
+    client = MlflowClient(tracking_uri=uri)
+    name = sweep if sweep is not None else latest_sweep(client)
+    if name is None:
+        return page_url(base, None)
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None or experiment.lifecycle_stage == "deleted":
+        known = sorted(e.name for e in client.search_experiments())
+        raise UserError(f"no sweep {name!r} in {uri!r} (experiments: {', '.join(known) or 'none'})")
+    saved = prepare_comparison(client, experiment.experiment_id)
+    return page_url(base, experiment.experiment_id, with_view=saved)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("ui")
     def ui_cmd(
+        sweep: Annotated[
+            str | None,
+            typer.Argument(help="Sweep to open (the MLflow experiment); default: the latest sweep."),
+        ] = None,
         port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1.")] = 5000,
         tracking_uri: Annotated[
             str | None,
             typer.Option("--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."),
         ] = None,
     ) -> None:
-        """Start the MLflow UI on the tracking store (Ctrl-C stops it)."""
+        """Start the MLflow UI on the tracking store, opened on SWEEP's cells and their primary
+        metric (Ctrl-C stops it)."""
         from mrbench.core.errors import UserError
-        from mrbench.engine.tracking import reroot_own_store, resolve_tracking_uri
+        from mrbench.engine.tracking import check_tracking_reachable, reroot_own_store, resolve_tracking_uri
 
         uri = resolve_tracking_uri(tracking_uri)
-        if uri.startswith(("http://", "https://")):
-            typer.echo(f"the tracking store is already a server: open {uri}")
+        if uri.startswith(("http://", "https://")):  # its own UI: only the page to open is printed
+            page = page_url(uri.rstrip("/"), None)
+            if sweep is not None:
+                check_tracking_reachable(uri)  # one quick try, not MLflow's minutes of retries
+                page = comparison_page(uri, uri.rstrip("/"), sweep)
+            typer.echo(f"the tracking store is already a server: open {page}")
             return
         reroot_own_store(uri)  # a moved results folder: the UI serves artifacts from where they are now
         if not 0 < port < 65536:
@@ -89,6 +227,7 @@ def register(app: typer.Typer) -> None:
         if not port_free(port):
             raise UserError(f"port {port} on {HOST} is in use; pick another with --port")
         url = f"http://{HOST}:{port}"
+        page = comparison_page(uri, url, sweep)
         # Own process group: `mlflow ui` starts server and worker children, and stopping must end
         # them all. Ctrl-C, SIGTERM and SIGHUP all arrive here as KeyboardInterrupt
         # (mrbench.core.interrupts, installed by mrbench.cli.app.main).
@@ -96,7 +235,7 @@ def register(app: typer.Typer) -> None:
         try:
             typer.echo(f"MLflow UI for {uri}: {url}  (starting; Ctrl-C to stop)")
             if wait_until_up(url, proc):
-                typer.echo(f"ready: {url}")
+                typer.echo(f"ready: {page}")
             elif proc.poll() is not None:
                 raise UserError(f"the MLflow UI exited with code {proc.returncode}; see the output above")
             proc.wait()
