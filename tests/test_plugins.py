@@ -152,14 +152,16 @@ def test_sweep_over_plugin_methods_and_tasks(plugin_env, micro_model_dir, tmp_pa
     env = {**plugin_env, "MRBENCH_RESULTS": str(tmp_path / "results")}
     args = ["sweep", "--methods", f"toy-centred,{METHOD_PATH}", "--tasks", f"toy-add,{TASK_PATH}"]
     args += ["--models", str(micro_model_dir), "--seeds", "0", "--steps", "2", "--name", "plugins"]
-    proc = mrbench(env, *args, "--tracking-uri", uri, cwd=tmp_path)
+    # --no-lab: the lab over plugin methods is tests/sweeps/test_sweep_lab.py's; here it costs ~25 s.
+    proc = mrbench(env, *args, "--no-lab", "--tracking-uri", uri, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     cells = [r for r in _runs(uri, "plugins") if "mrbench.run_key" in r.data.tags]
     assert len(cells) == 4 and {r.info.status for r in cells} == {"FINISHED"}
     grid = {(r.data.tags["mrbench.method"], r.data.tags["mrbench.task"]) for r in cells}
     assert grid == {(m, t) for m in ("toy-centred", METHOD_PATH) for t in ("toy-add", TASK_PATH)}
     assert len({r.data.tags["mrbench.run_key"] for r in cells}) == 4
-    assert (tmp_path / "reports" / "plugins" / "report.md").is_file()
+    report = (tmp_path / "reports" / "plugins" / "report.md").read_text()
+    assert "## Estimator lab" not in report  # --no-lab
 
 
 def test_sweep_yaml_names_plugins_by_module_path(plugin_env, micro_model_dir, tmp_path):

@@ -79,6 +79,17 @@ CLAIM = "claim."  # + run key: the invocation runs (or ran) that cell; value: th
 # MLflow's own tag that nests a cell's run under its sweep's parent run.
 PARENT_RUN_TAG = "mlflow.parentRunId"
 
+# MLflow UI tags (`mrbench ui`). Every experiment mrbench creates declares its kind as model
+# training; the MLflow 3.17 UI itself picks its GenAI or Model-training view from the
+# ``workflowType`` URL parameter, which ``mrbench ui`` puts in the URL it prints.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND_TRAINING = "custom_model_development"
+# An experiment tag ``mlflow.sharedViewState.<id>`` holds a saved runs-table view (the UI's
+# "Views" menu; the URL parameter ``viewStateShareKey=<id>`` opens it). ``mrbench ui`` writes
+# COMPARISON_VIEW: the cells grouped by task with their primary metric's columns.
+SAVED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+COMPARISON_VIEW = "mrbench-comparison"
+
 
 def tag(name: str) -> str:
     """The full MLflow tag key of a layout tag name (``"seed"`` → ``"mrbench.seed"``)."""
@@ -286,6 +297,7 @@ DIAGNOSTICS_ARTIFACT = "diagnostics.json"  # components, mean corr_matrix, mean 
 COMPLETIONS_ARTIFACT = "samples/completions.jsonl"  # last batch with per-component rewards, advantages
 EVAL_SAMPLES_BEFORE = "eval/samples_before.jsonl"
 EVAL_SAMPLES_AFTER = "eval/samples_after.jsonl"
+CELL_LOG_ARTIFACT = "logs/cell.log"  # what the libraries printed during the cell (mrbench.engine.console)
 SWEEP_ARTIFACT = "sweep.json"  # on the parent run: config, command, grid, unavailable tasks
 REPORT_DIR = "report"  # on the parent run: the generated report
 
@@ -298,6 +310,9 @@ PARAM_SAVE = "save"  # none | final | every:N
 PARAM_CHECKPOINT_DIR = "checkpoint_dir"  # absolute path of the saved policy + tokenizer; only once saved
 PARAM_N_PARAMS = "n_params"  # the policy's parameter count (the report's model-size axis)
 CHECKPOINT_SIZE_MB = "checkpoint/size_mb"  # size of that folder, at the last step
+# Resume inside a cell (mrbench.engine.resume): a param, not in the run key, and a tag.
+PARAM_CHECKPOINT_EVERY = "checkpoint_every"  # training checkpoints every N optimizer steps (0: none)
+RESUMED_FROM = "resumed_from"  # tag: the checkpoint steps the run was resumed from, e.g. "10" or "10,20"
 
 
 # --- lab (``mrbench simulate``) ---------------------------------------------------------------
@@ -308,7 +323,8 @@ CHECKPOINT_SIZE_MB = "checkpoint/size_mb"  # size of that folder, at the last st
 # ``reward`` (expected, mean over seeds), ``lab/normalised/<component>``, ``lab/objective``,
 # ``lab/sign_disagree``, ``lab/resolution``, ``adv/max_abs``; at the end ``lab/iqm/<score>``,
 # ``lab/ci_low/<score>``, ``lab/ci_high/<score>`` and ``lab/poi/<score>`` (scores in
-# mrbench.lab.metrics).
+# mrbench.lab.metrics). A lab run made by a sweep (mrbench.lab.in_sweep) also carries the tags
+# ``sweep`` (its name) and LAB_KEY on its parent run.
 
 ROLE_LAB = "lab"
 SCENARIO = "scenario"  # tag
@@ -316,6 +332,7 @@ LAB_PARAM = "lab."  # + scenario field or run setting
 LAB = "lab/"  # + lab metric
 LAB_ARTIFACT = "lab.json"  # on the parent run: scenario, seeds, per-seed scores, statistics
 LAB_EXPERIMENT_PREFIX = "lab-"
+LAB_KEY = "lab_key"  # tag: hash of everything a sweep's lab result depends on (resume skips it)
 
 
 def lab_metric(name: str) -> str:
@@ -330,6 +347,58 @@ def lab_metric(name: str) -> str:
 def lab_experiment(scenario: str) -> str:
     """The MLflow experiment of a lab scenario."""
     return LAB_EXPERIMENT_PREFIX + scenario
+
+
+# --- extra evaluations (a sweep's ``eval`` key) ---------------------------------------------
+# A sweep's ``eval`` setting names extra datasets per task (mrbench.engine.extra_evals). Once the
+# cells have trained, each FINISHED cell's saved policy is evaluated on them and the metrics go into
+# the cell's own run: ``eval_extra/<dataset>/<metric>`` at the cell's last step, and the base
+# model's ``eval_extra_before/<dataset>/<metric>`` at step 0 (one evaluation per model, task
+# settings and dataset, shared by every method and seed). Artifact per dataset:
+# ``eval_extra/<dataset>/samples.jsonl``. A cell whose policy could not be evaluated gets the tag
+# ``eval_extra_skipped.<dataset>`` = the reason.
+
+EVAL_EXTRA = "eval_extra/"  # + dataset + / + metric
+EVAL_EXTRA_BEFORE = "eval_extra_before/"  # + dataset + / + metric
+EVAL_EXTRA_SKIPPED = "eval_extra_skipped."  # tag + dataset: why the cell's policy was not evaluated
+
+
+def extra_eval_metric(dataset: str, metric: str) -> str:
+    """An extra dataset's metric of the trained policy (logged at the cell's last step).
+
+    >>> extra_eval_metric("humaneval", "pass_at_1"), extra_eval_before_metric("bfcl-simple", "exact_match")
+    ('eval_extra/humaneval/pass_at_1', 'eval_extra_before/bfcl-simple/exact_match')
+    """
+    return f"{EVAL_EXTRA}{dataset}/{metric}"
+
+
+def extra_eval_before_metric(dataset: str, metric: str) -> str:
+    """An extra dataset's metric of the model before training (logged at step 0)."""
+    return f"{EVAL_EXTRA_BEFORE}{dataset}/{metric}"
+
+
+def split_extra_eval_metric(key: str, *, before: bool = False) -> tuple[str, str] | None:
+    """``(dataset, metric)`` of an extra-evaluation metric name (``before``: the pre-training one);
+    None for any other name.
+
+    >>> split_extra_eval_metric("eval_extra/bfcl-simple/exact_match"), split_extra_eval_metric("eval/x")
+    (('bfcl-simple', 'exact_match'), None)
+    """
+    prefix = EVAL_EXTRA_BEFORE if before else EVAL_EXTRA
+    if not key.startswith(prefix):
+        return None
+    dataset, _, metric = key.removeprefix(prefix).partition("/")
+    return (dataset, metric) if dataset and metric else None
+
+
+def extra_eval_samples(dataset: str) -> str:
+    """The artifact with an extra dataset's per-sample records of the trained policy."""
+    return f"{EVAL_EXTRA}{dataset}/samples.jsonl"
+
+
+def extra_eval_skipped_tag(dataset: str) -> str:
+    """The full tag key saying why a cell's policy was not evaluated on ``dataset``."""
+    return tag(EVAL_EXTRA_SKIPPED + dataset)
 
 
 # --- evaluation (``mrbench eval``) ------------------------------------------------------------

@@ -44,9 +44,10 @@ from typing import Any
 from mrbench.core import layout
 from mrbench.core.contracts import EvalResult, Sample, Task
 from mrbench.core.errors import UserError
-from mrbench.engine import eval_cache
+from mrbench.engine import console, eval_cache, phases, resume
 from mrbench.engine.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
 from mrbench.engine.config import RunSpec
+from mrbench.engine.distributed import per_process, rank_client, rank_folder
 from mrbench.engine.evaluation import evaluate_model, load_policy
 from mrbench.engine.tracking import (
     RetryingClient,
@@ -141,12 +142,16 @@ def _grpo_config(spec: RunSpec, task: Task, output_dir: str, progress: bool, sav
     import torch
     from trl import GRPOConfig
 
+    from mrbench.engine.models import policy_dtype
+
     train = spec.train
     on_gpu = torch.cuda.is_available()
+    dtype = policy_dtype(train.bf16)
     return GRPOConfig(
         output_dir=output_dir,
         max_steps=train.steps,
-        per_device_train_batch_size=train.prompts_per_step * train.num_generations,
+        # prompts_per_step is per generation batch over all processes of a multi-process cell.
+        per_device_train_batch_size=per_process(train.prompts_per_step) * train.num_generations,
         gradient_accumulation_steps=train.gradient_accumulation_steps,
         num_generations=train.num_generations,
         learning_rate=train.learning_rate,
@@ -160,11 +165,20 @@ def _grpo_config(spec: RunSpec, task: Task, output_dir: str, progress: bool, sav
         report_to=[],
         save_strategy="steps" if save_every else "no",
         save_steps=save_every or 500,
-        save_only_model=True,  # no optimizer state: a checkpoint to evaluate or deploy, not to resume
+        # With optimizer, scheduler and RNG state: a cell resumes from it (mrbench.engine.resume, whose
+        # callback also asks for the training checkpoints; save every:N ones end model-only).
+        save_only_model=False,
         seed=spec.seed,
         use_cpu=not on_gpu,
-        bf16=train.bf16 and on_gpu,
-        gradient_checkpointing=False,
+        # bfloat16 autocast goes with the bfloat16 weights the policy is loaded in (policy_dtype).
+        bf16=dtype == "bfloat16",
+        # With a KL term TRL loads the policy from its path itself (see _run_cell): in that dtype too.
+        model_init_kwargs={"dtype": dtype} if train.beta > 0 else None,
+        gradient_checkpointing=train.gradient_checkpointing,
+        # Colocated: vLLM shares the training GPU (TRL's default 30 % of its memory); TRL syncs the
+        # policy's weights into it before each generation batch.
+        use_vllm=train.use_vllm,
+        vllm_mode="colocate",
         disable_tqdm=not progress,
         dataloader_num_workers=0,
         remove_unused_columns=False,
@@ -182,11 +196,14 @@ def run_cell(
     progress: bool = True,
     save: str = "final",
     tracking_retry_s: float | None = None,
+    checkpoint_every: int | None = None,
 ) -> CellResult:
     """Evaluate → train → evaluate one cell, logging everything to a new MLflow run.
 
     ``save``: ``"none" | "final" | "every:N"``; ``tracking_retry_s``: how long each call to the
-    store is retried (see the module docstring for both, and for how an outage is recovered).
+    store is retried (see the module docstring for both, and for how an outage is recovered);
+    ``checkpoint_every``: training checkpoints every N steps (0: none; None: ``$MRBENCH_CHECKPOINT_EVERY``
+    or a tenth of the steps), from which the cell resumes if killed (:mod:`mrbench.engine.resume`).
     The task is built here and closed (:meth:`~mrbench.core.contracts.Task.close`) when the cell
     ends, however it ends.
     """
@@ -194,34 +211,44 @@ def run_cell(
 
     started = time.perf_counter()
     save_mode = parse_save(save)
-    client = RetryingClient(tracking_uri, tracking_retry_s)
-    folder = CellFolder.for_run_key(spec.run_key())
+    if spec.train.use_vllm:  # a setting this machine cannot run: say so before any run is created
+        from mrbench.engine.generation import require_vllm
+
+        require_vllm()
+    # Ranks > 0 of a multi-process cell log nothing and leave the cell folder to rank 0.
+    client = rank_client(tracking_uri, tracking_retry_s)
+    folder = rank_folder(CellFolder.for_run_key(spec.run_key()))
     record = folder.read_record()
     if record is not None:
         return _finish_recorded(record, folder, client)
-    task = build_task(spec.task, spec.task_params)
-    try:
-        return _run_cell(
-            spec,
-            task,
-            started=started,
-            client=client,
-            folder=folder,
-            save_mode=save_mode,
-            experiment=experiment,
-            parent_run_id=parent_run_id,
-            sweep=sweep,
-            progress=progress,
-        )
-    finally:
-        task.close()
+    # Library output goes to the cell log, attached to the run at the end (mrbench.engine.console).
+    with console.cell_output(folder.root):
+        task = build_task(spec.task, spec.task_params)
+        try:
+            return _run_cell(
+                spec,
+                task,
+                started=started,
+                client=client,
+                folder=folder,
+                save_mode=save_mode,
+                experiment=experiment,
+                parent_run_id=parent_run_id,
+                sweep=sweep,
+                progress=progress,
+                checkpoint_every=checkpoint_every,
+            )
+        finally:
+            task.close()
 
 
 @contextlib.contextmanager
-def _trainer_output(folder: CellFolder, save_mode: SaveMode) -> Iterator[str]:
-    """TRL's ``output_dir``: the cell folder when it saves step checkpoints, else a temporary one."""
-    if save_mode.every:
-        folder.clear_step_checkpoints()
+def _trainer_output(folder: CellFolder, start: resume.CellStart) -> Iterator[str]:
+    """TRL's ``output_dir``: the cell folder when it writes step checkpoints (an earlier attempt's
+    go, unless this one resumes from them), else a temporary one."""
+    if start.save.every or start.every:
+        if start.resumed is None:
+            folder.clear_step_checkpoints()
         folder.root.mkdir(parents=True, exist_ok=True)
         yield str(folder.root)
     else:
@@ -241,22 +268,38 @@ def _run_cell(
     parent_run_id: str | None,
     sweep: str | None,
     progress: bool,
+    checkpoint_every: int | None,
 ) -> CellResult:
     import mrbench.methods as methods
-    from mrbench.engine.models import prepare_model
+    from mrbench.engine.models import policy_dtype, prepare_model
     from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
     experiment_id = ensure_experiment(experiment, client.tracking_uri, client=client)
     tags = cell_tags(spec, task, sweep)
     if parent_run_id:
         tags[layout.PARENT_RUN_TAG] = parent_run_id
-    run_id = client.create_run(experiment_id, tags=tags, run_name=spec.label()).info.run_id
+    # A new run, or the run of this cell's last training checkpoint, reopened (mrbench.engine.resume).
+    start = resume.start_run(
+        client,
+        folder,
+        spec.run_key(),
+        experiment_id,
+        tags,
+        spec.label(),
+        save=save_mode,
+        checkpoint_every=checkpoint_every,
+        steps=spec.train.steps,
+    )
+    run_id, save_mode = start.run_id, start.save
+    console.attach_log(client, run_id)
     folder.clear_pending()  # what a process that died before writing its record left there
     run_log = RunLog(client, run_id, folder.pending)
     steps = spec.train.steps
     try:
-        run_log.params({**spec.flat_params(), layout.PARAM_SAVE: str(save_mode)})
-        run_log.json_artifact({**spec.to_dict(), "run_key": spec.run_key()}, layout.CONFIG_ARTIFACT)
+        if start.resumed is None:  # a resumed run keeps what it logged
+            options = {layout.PARAM_SAVE: str(save_mode), layout.PARAM_CHECKPOINT_EVERY: str(start.every)}
+            run_log.params({**spec.flat_params(), **options})
+            run_log.json_artifact({**spec.to_dict(), "run_key": spec.run_key()}, layout.CONFIG_ARTIFACT)
 
         t0 = time.perf_counter()
         model_path = prepare_model(spec.model)
@@ -264,22 +307,28 @@ def _run_cell(
         from transformers import set_seed
 
         set_seed(spec.seed)
-        model, tokenizer = load_policy(model_path)
+        model, tokenizer = load_policy(model_path, dtype=policy_dtype(spec.train.bf16))
         run_log.params({layout.PARAM_N_PARAMS: str(sum(p.numel() for p in model.parameters()))})
 
         t0 = time.perf_counter()
-        before = _evaluate_before(spec, task, model_path, model, tokenizer, run_id, run_log)
-        eval_s = time.perf_counter() - t0
-        run_log.metrics(
-            {layout.eval_before_metric(k): v for k, v in before.metrics.items()}
-            | {layout.eval_metric(k): v for k, v in before.metrics.items()},
-            0,
+        logged_before = start.before()  # a resumed run's, read back: not evaluated again
+        before = (
+            EvalResult(logged_before)
+            if logged_before
+            else _evaluate_before(spec, task, model_path, model, tokenizer, run_id, run_log)
         )
-        run_log.json_artifact(before.samples, layout.EVAL_SAMPLES_BEFORE)
+        eval_s = time.perf_counter() - t0
+        if not logged_before:
+            run_log.metrics(
+                {layout.eval_before_metric(k): v for k, v in before.metrics.items()}
+                | {layout.eval_metric(k): v for k, v in before.metrics.items()},
+                0,
+            )
+            run_log.json_artifact(before.samples, layout.EVAL_SAMPLES_BEFORE)
 
         step_logger = MlflowStepLogger(run_log)
         hooks = task.training_hooks()
-        with _trainer_output(folder, save_mode) as out_dir:
+        with _trainer_output(folder, start) as out_dir:
             trainer = MultiRewardGRPOTrainer(
                 # With a KL term TRL builds the reference model from a path; otherwise reuse the loaded one.
                 model=model_path if spec.train.beta > 0 else model,
@@ -287,14 +336,16 @@ def _run_cell(
                 args=_grpo_config(spec, task, out_dir, progress, save_every=save_mode.every),
                 train_dataset=_build_dataset(task.train_samples()),
                 processing_class=tokenizer,
-                callbacks=[step_logger.callback],
+                callbacks=[step_logger.callback, phases.training_callback()],
                 method_fn=methods.get_method(spec.method).obj,
                 method_params=spec.method_params,
                 shadow_methods=None,  # compare with every other registered method, at its defaults
                 **hooks,
             )
+            checkpoints = resume.CheckpointWriter(trainer, folder, start)
+            trainer.add_callback(checkpoints.callback)
             t0 = time.perf_counter()
-            trainer.train()
+            trainer.train(resume_from_checkpoint=checkpoints.restore())
             train_s = time.perf_counter() - t0
 
         checkpoint = ""
@@ -304,7 +355,8 @@ def _run_cell(
             run_log.metrics({layout.CHECKPOINT_SIZE_MB: folder_size_mb(folder.final)}, steps)
 
         t0 = time.perf_counter()
-        after = evaluate_model(task, trainer.model, tokenizer, spec.train.eval_limit)
+        with phases.evaluation("eval after", trainer.model, task, spec.train.eval_limit):
+            after = evaluate_model(task, trainer.model, tokenizer, spec.train.eval_limit)
         eval_s += time.perf_counter() - t0
         wall_s = time.perf_counter() - started
         perf = {
@@ -326,6 +378,7 @@ def _run_cell(
         end_run_quietly(client, run_id, "FAILED", error=f"{type(exc).__name__}: {exc}")
         folder.clear_pending()
         raise
+    resume.finish_checkpoints(folder, save_mode)  # complete: the training state is not needed any more
     result = CellResult(
         run_id=run_id,
         run_key=spec.run_key(),
@@ -351,7 +404,8 @@ def _evaluate_before(
     if cached is not None:
         run_log.tags({layout.tag(layout.EVAL_BEFORE_FROM): cached.run_id})
         return EvalResult(metrics=cached.metrics, samples=cached.samples)
-    before = evaluate_model(task, model, tokenizer, spec.train.eval_limit)
+    with phases.evaluation("eval before", model, task, spec.train.eval_limit):
+        before = evaluate_model(task, model, tokenizer, spec.train.eval_limit)
     eval_cache.write(key, dict(before.metrics), before.samples, run_id)
     return before
 

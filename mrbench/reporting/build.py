@@ -30,24 +30,30 @@ from mrbench.core.errors import UserError
 from mrbench.reporting import stats
 from mrbench.reporting.context import ReportContext, load_context
 from mrbench.reporting.diagnosis import improvement_section, pareto_section, why_section
+from mrbench.reporting.extra_evals import extra_evals_section
 from mrbench.reporting.figures import FigureQueue, remove_old_figures
 from mrbench.reporting.findings import findings
+from mrbench.reporting.lab_section import lab_section
 from mrbench.reporting.render import config_details, header, warnings
 from mrbench.reporting.results import results
 from mrbench.reporting.scaling import scaling_section
 from mrbench.reporting.store import Reader, RunRecord, local_artifact_path, open_reader
 
 
-def write_report(ctx: ReportContext, out: Path, workers: int | None = None) -> tuple[Path, list[Path]]:
-    """Write ``out/report.md`` and its figures for ``ctx``; return the report's path and the PNGs'."""
+def write_report(
+    ctx: ReportContext, out: Path, workers: int | None = None, opening: list[str] | None = None
+) -> tuple[Path, list[Path]]:
+    """Write ``out/report.md`` and its figures for ``ctx``; return the report's path and the PNGs'.
+    ``opening``: markdown lines between the header and the findings (the lab section)."""
     out.mkdir(parents=True, exist_ok=True)
     remove_old_figures(out)
     figures = FigureQueue(out, ctx.methods, workers)
-    lines = header(ctx) + findings(ctx) + warnings(ctx) + config_details(ctx)
+    lines = header(ctx) + (opening or []) + findings(ctx) + warnings(ctx) + config_details(ctx)
     if not ctx.sel.cells:
         lines += ["No FINISHED runs yet: nothing to compare.", ""]
     else:
         lines += results(ctx, figures)
+        lines += extra_evals_section(ctx)
         lines += scaling_section(ctx, figures)
         lines += pareto_section(ctx, figures)
         lines += why_section(ctx, figures)
@@ -83,7 +89,7 @@ def _build(
     runs = store.runs(experiment_id)
     command, note = _report_command(sweep, uri, out)
     ctx = load_context(sweep, store, runs, command=command, store_note=note, reps=reps)
-    path, pngs = write_report(ctx, out, workers)
+    path, pngs = write_report(ctx, out, workers, opening=lab_section(ctx, store))
     return ctx, runs, path, pngs
 
 

@@ -20,8 +20,9 @@ class Grid:
 
 def expand_grid(spec: SweepSpec, resolve: ResolveFn | None = None) -> Grid:
     """Resolve every cell (seed → task → model → method order, so a partial sweep has every method
-    for the first seeds). Raises UserError for bad names/params before anything runs; a task whose
-    code cannot be imported (ImportError) is recorded as unavailable, with the reason."""
+    for the first seeds). Raises UserError for bad names/params, and for extra eval datasets (``eval``)
+    that are unknown or whose data cannot be loaded, before anything runs; a task whose code cannot
+    be imported (ImportError) is recorded as unavailable, with the reason."""
     resolve = resolve or load_callable(DEFAULT_RESOLVE_FN)
     unavailable: dict[str, str] = {}
     by_task: dict[str, list[Cell]] = {}
@@ -39,7 +40,7 @@ def expand_grid(spec: SweepSpec, resolve: ResolveFn | None = None) -> Grid:
                                 seed,
                                 method_params=spec.method_params.get(method) or None,
                                 task_params=spec.task_params.get(task) or None,
-                                train=spec.train_for(task) or None,
+                                train=spec.train_for(task, model) or None,
                             )
                         except UserError as exc:
                             raise UserError(f"sweep cell {method}|{task}|{model}|s{seed}: {exc}") from None
@@ -58,6 +59,12 @@ def expand_grid(spec: SweepSpec, resolve: ResolveFn | None = None) -> Grid:
             spec.methods.index(c.spec.method),
         ),
     )
+    # Extra eval datasets (the ``eval`` key): names, settings and data checked before anything runs.
+    evals = {task: datasets for task, datasets in spec.eval.items() if task in by_task}
+    if evals:
+        from mrbench.engine.extra_evals import check_extra_evals
+
+        check_extra_evals(evals, spec.task_params)
     keys: dict[str, Cell] = {}
     for cell in ordered:
         if cell.key in keys:

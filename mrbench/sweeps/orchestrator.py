@@ -16,7 +16,7 @@ invocation holds is skipped and named. Each invocation exits once nothing is lef
 claim (0 unless one of *its* cells failed); the last to end writes the complete report.
 
 Executors (:mod:`mrbench.sweeps.executors`): ``workers == 1`` runs cells in this process, one
-after another (TRL's per-step bar visible); ``workers > 1`` runs each cell in its own process
+after another; ``workers > 1`` runs each cell in its own process
 with ``cores // workers`` threads; ``executor: ray`` sends cells to Ray.
 """
 
@@ -27,11 +27,12 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.engine.console import verbose
 from mrbench.sweeps.cell import (
     DEFAULT_CELL_FN,
     SKIPPED,
@@ -44,6 +45,7 @@ from mrbench.sweeps.cell import (
     error_text,
     load_callable,
 )
+from mrbench.sweeps.cell_process import check_processes_per_cell
 from mrbench.sweeps.claims import CellClaims
 from mrbench.sweeps.executors.local import run_processes, run_sequential, slug
 from mrbench.sweeps.grid import Grid, expand_grid, print_grid
@@ -141,6 +143,7 @@ def run_sweep(
     uri = resolve_tracking_uri(tracking_uri)
     if dry_run:
         print_grid(console, grid, peek_states(uri, spec.name, grid.cells))
+        _describe_lab(spec, spec.report if report is None else report, console)
         console.print(
             f"dry run: {len(grid.cells)} cells, nothing was run (store {uri}, experiment {spec.name!r})"
         )
@@ -173,8 +176,9 @@ def run_sweep(
     )
     cell_fn = cell_fn or load_callable(DEFAULT_CELL_FN)
     workers = min(spec.workers, max(1, len(todo)))
-    if workers > 1 or spec.executor == "ray":
+    if workers > 1 or spec.processes_per_cell > 1 or spec.executor == "ray":
         callable_path(cell_fn)  # workers import it by path: fail now, not after the parent run exists
+    check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed)
     parent = start_parent_run(
         client,
         experiment_id,
@@ -187,7 +191,9 @@ def run_sweep(
     claims = CellClaims(client, experiment_id, parent)
     log_dir = results_dir() / "logs" / slug(spec.name)
     ctx = CellContext(uri, spec.name, parent, spec.name, cell_fn, log_dir, claims)
-    progress = SweepProgress(console, len(todo), workers, live=workers > 1 or spec.executor == "ray")
+    ctx = replace(ctx, processes_per_cell=spec.processes_per_cell, distributed=spec.distributed)
+    # The live table on a terminal; plain lines with --verbose, whose library output it would garble.
+    progress = SweepProgress(console, len(todo), workers, live=not verbose(), tracking_uri=uri)
     heartbeat = Heartbeat(uri, parent)
     heartbeat.start()
     try:
@@ -202,7 +208,7 @@ def run_sweep(
                 gpus_per_cell=spec.gpus_per_cell,
                 cpus_per_cell=spec.cpus_per_cell,
             )
-        elif workers > 1:
+        elif workers > 1 or spec.processes_per_cell > 1:  # a multi-process cell starts from a worker
             results = run_processes(todo, ctx, workers, progress)
         else:
             results = run_sequential(todo, ctx, progress)
@@ -222,7 +228,13 @@ def run_sweep(
                 "the report covers the cells FINISHED so far: the invocation that ends last writes the "
                 f"complete one (or run `mrbench report {spec.name}`)"
             )
+        if spec.eval:  # the extra datasets, on every FINISHED cell's saved policy (engine.extra_evals)
+            from mrbench.engine.extra_evals import run_extra_evals
+
+            cells = [c.spec for c in grid.cells]
+            run_extra_evals(spec.eval, spec.task_params, cells, uri, experiment_id, _say(console))
         if spec.report if report is None else report:
+            _run_lab(spec, uri, console)
             outcome.report_path = _write_report(spec.name, uri, parent, console)
     except KeyboardInterrupt:
         outcome.interrupted = True
@@ -247,6 +259,38 @@ def run_sweep(
     heartbeat.stop()
     finish_parent_run(client, parent, "FAILED" if outcome.failed else "FINISHED")
     return outcome
+
+
+def _say(console: Any) -> Any:
+    """Print one plain line on ``console`` (no markup highlighting)."""
+    return lambda line: console.print(line, highlight=False)
+
+
+def _describe_lab(spec: SweepSpec, report: bool, console: Any) -> None:
+    """What the lab would run (``--dry-run``)."""
+    from mrbench.lab.in_sweep import describe, plan
+
+    line = describe(plan(spec.lab, spec.methods, spec.method_params, spec.lab_seeds))
+    console.print(line + ("" if report or not spec.lab else "; not run: the report is off"), highlight=False)
+
+
+def _run_lab(spec: SweepSpec, uri: str, console: Any) -> None:
+    """The sweep's lab scenarios (:mod:`mrbench.lab.in_sweep`), logged before the report that opens
+    with them; a scenario already in the store for this sweep is skipped. A failure is reported but
+    fails neither the finished cells nor the report."""
+    if not spec.lab:
+        return
+    from mrbench.lab.in_sweep import plan, run_jobs
+
+    try:
+        jobs = plan(spec.lab, spec.methods, spec.method_params, spec.lab_seeds)
+        run_jobs(
+            jobs, sweep=spec.name, tracking_uri=uri, say=lambda line: console.print(line, highlight=False)
+        )
+    except UserError as exc:
+        console.print(f"[yellow]no lab[/yellow]: {exc}")
+    except Exception as exc:
+        console.print(f"[red]lab failed[/red]: {error_text(exc)} (`mrbench simulate` runs one scenario)")
 
 
 def _write_report(name: str, uri: str, parent: str, console: Any) -> Path | None:

@@ -14,12 +14,19 @@ A YAML sweep file (every key optional; unknown keys are an error)::
     steps: 40                    # training steps for every cell (overrides train.steps)
     train: {learning_rate: 1.0e-5}           # TrainSettings overrides for every cell
     task_train: {code-generation: {num_generations: 8}}   # per-task TrainSettings overrides
+    model_train: {tiny-l: {gradient_checkpointing: true}}  # per-model ones, applied after task_train
     workers: 1                   # cells at a time on this machine (separate processes when > 1)
     executor: local              # or ray
     ray_address: null            # ray.init(address=...) for --executor ray; null = local Ray
     gpus_per_cell: 0             # Ray resources per cell: GPUs
     cpus_per_cell: 1             # and CPUs (also the cell's thread count)
+    processes_per_cell: 1        # > 1: each cell trains in that many processes (accelerate launch)
+    distributed: ddp             # with processes_per_cell > 1: ddp, fsdp or zero3 (GPUs only)
     report: true                 # write the report when the sweep ends
+    eval: {code-generation: [humaneval], tool-calling: [bfcl-simple]}  # extra datasets per task,
+                                 # evaluated on each cell's saved policy after training (none by default)
+    lab: [scale, anti]           # estimator-lab scenarios run before the report; [] = none; default all
+    lab_seeds: 50                # seeds per lab scenario
 
 A file that is empty, not UTF-8, not YAML, repeats a key, or lists a method, task, model or seed
 twice is an error (on the command line a repeated entry is dropped). Without ``name``, the sweep
@@ -40,46 +47,18 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.engine.distributed import DISTRIBUTED
+from mrbench.lab.presets import PRESETS as LAB_PRESETS
+from mrbench.lab.presets import get_scenario
+from mrbench.sweeps.paper import PAPER_MODEL_TRAIN, PAPER_MODELS, PAPER_TRAIN
 
 MAIN_METHODS = ("grpo", "gdpo", "corrgrpo")
+LAB_SCENARIOS = tuple(LAB_PRESETS)  # every preset runs every lab scenario (seconds in all)
+LAB_SEEDS = 50  # seeds per lab scenario: the lab's own default (mrbench simulate --seeds)
 ALL_TASKS = ("code-generation", "tool-calling", "agent-security")
 TINY_LADDER = ("tiny", "tiny-s", "tiny-m", "tiny-l")
 EXECUTORS = ("local", "ray")
 
-# The paper's models per domain and per-domain hyper-parameters (REFERENCE.md): lr 1e-6,
-# rollouts 4 (tools) / 8 (code, security), temperature 1.0, KL 0.001 (code, security) / none
-# (tools), 15 epochs (code, tools) / 7 (security).
-PAPER_MODELS: dict[str, tuple[str, ...]] = {
-    "code-generation": (
-        "Qwen/Qwen2.5-Coder-0.5B-Instruct",
-        "Qwen/Qwen2.5-Coder-1.5B-Instruct",
-        "Qwen/Qwen2.5-Coder-3B-Instruct",
-        "Qwen/Qwen2.5-Coder-7B-Instruct",
-    ),
-    "tool-calling": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen3-4B-Thinking-2507", "Qwen/Qwen3-8B"),
-    "agent-security": ("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen3-8B"),
-}
-PAPER_EPOCHS = {"code-generation": 15, "tool-calling": 15, "agent-security": 7}
-# Training prompts per domain: LeetCodeDataset train (2,641), ToolRL (4k), AgentDojo's 629
-# security cases. The papers state epochs, our trainer counts optimizer steps; the batch size
-# is not in REFERENCE.md, so 32 prompts per optimizer step (4 per micro-batch × 8 accumulation
-# steps, to fit a 7B model's rollouts on one GPU) is our assumption: steps = ceil(epochs × n / 32).
-PAPER_TRAIN_PROMPTS = {"code-generation": 2641, "tool-calling": 4000, "agent-security": 629}
-PAPER_PROMPTS_PER_STEP = 32
-PAPER_MICRO_PROMPTS = 4
-PAPER_TRAIN: dict[str, dict[str, Any]] = {
-    task: {
-        "learning_rate": 1e-6,
-        "num_generations": 4 if task == "tool-calling" else 8,
-        "temperature": 1.0,
-        "beta": 0.0 if task == "tool-calling" else 0.001,
-        "prompts_per_step": PAPER_MICRO_PROMPTS,
-        "gradient_accumulation_steps": PAPER_PROMPTS_PER_STEP // PAPER_MICRO_PROMPTS,
-        "steps": -(-PAPER_EPOCHS[task] * PAPER_TRAIN_PROMPTS[task] // PAPER_PROMPTS_PER_STEP),
-        "bf16": True,
-    }
-    for task in PAPER_EPOCHS
-}
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -108,6 +87,8 @@ class SweepSpec:
     """TrainSettings overrides for every cell."""
     task_train: dict[str, dict[str, Any]] = field(default_factory=dict)
     """TrainSettings overrides per task, applied after ``train``."""
+    model_train: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """TrainSettings overrides per model (memory settings by size), applied after ``task_train``."""
     steps: int | None = None
     """Training steps for every cell, applied last (``--steps``)."""
     workers: int = 1
@@ -120,8 +101,21 @@ class SweepSpec:
     """GPUs requested per cell from Ray."""
     cpus_per_cell: float = 1.0
     """CPUs requested per cell from Ray; its whole part is the cell's thread count."""
+    processes_per_cell: int = 1
+    """Processes training each cell (``accelerate launch``; see :mod:`mrbench.engine.distributed`)."""
+    distributed: str = "ddp"
+    """The ``accelerate`` preset of a multi-process cell: ``ddp``, ``fsdp`` or ``zero3``."""
     report: bool = True
     """Write the report when the sweep ends."""
+    eval: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Extra evaluation datasets per task (``mrbench eval --dataset`` names), evaluated on each
+    FINISHED cell's saved policy after training; not part of the run key
+    (:mod:`mrbench.engine.extra_evals`). The presets have none."""
+    lab: tuple[str, ...] = ()
+    """Estimator-lab scenarios (:mod:`mrbench.lab.presets`) simulated with the sweep's methods before
+    the report, which opens with their table (:mod:`mrbench.lab.in_sweep`); the presets list all."""
+    lab_seeds: int = LAB_SEEDS
+    """Seeds per lab scenario."""
     preset: str | None = None
     """The preset this spec started from (recorded for the report)."""
 
@@ -129,9 +123,10 @@ class SweepSpec:
         """The models crossed with ``task``."""
         return self.task_models.get(task, self.models)
 
-    def train_for(self, task: str) -> dict[str, Any]:
-        """TrainSettings overrides for cells of ``task``: ``train``, then ``task_train``, then ``steps``."""
-        merged = {**self.train, **self.task_train.get(task, {})}
+    def train_for(self, task: str, model: str | None = None) -> dict[str, Any]:
+        """TrainSettings overrides for cells of ``task`` (and ``model``): ``train``, then
+        ``task_train``, then ``model_train``, then ``steps``."""
+        merged = {**self.train, **self.task_train.get(task, {}), **self.model_train.get(model or "", {})}
         if self.steps is not None:
             merged["steps"] = self.steps
         return merged
@@ -140,8 +135,9 @@ class SweepSpec:
         """The spec as sweep-file settings: written as YAML and passed to ``--config`` it gives
         back an equal spec (the report shows it in this form)."""
         d = asdict(self)
-        for key in ("methods", "tasks", "seeds"):
+        for key in ("methods", "tasks", "seeds", "lab"):
             d[key] = list(d[key])
+        d["eval"] = {t: list(v) for t, v in self.eval.items()}
         if self.task_models:
             d["models"] = {t: list(self.models_for(t)) for t in self.tasks}
         else:
@@ -155,11 +151,23 @@ PRESETS: dict[str, SweepSpec] = {
     # give a bootstrap interval any width), the trainer's short CPU defaults; about a quarter of an
     # hour on a 2-core laptop.
     "smoke": SweepSpec(
-        name="smoke", methods=MAIN_METHODS, tasks=ALL_TASKS, models=("tiny",), seeds=(0, 1, 2), preset="smoke"
+        name="smoke",
+        methods=MAIN_METHODS,
+        tasks=ALL_TASKS,
+        models=("tiny",),
+        seeds=(0, 1, 2),
+        preset="smoke",
+        lab=LAB_SCENARIOS,
     ),
     # The tiny ladder × 3 seeds: a CPU-sized comparison with confidence intervals.
     "cpu": SweepSpec(
-        name="cpu", methods=MAIN_METHODS, tasks=ALL_TASKS, models=TINY_LADDER, seeds=(0, 1, 2), preset="cpu"
+        name="cpu",
+        methods=MAIN_METHODS,
+        tasks=ALL_TASKS,
+        models=TINY_LADDER,
+        seeds=(0, 1, 2),
+        preset="cpu",
+        lab=LAB_SCENARIOS,
     ),
     # The paper's models and per-domain hyper-parameters; for GPU machines or a Ray cluster.
     "paper": SweepSpec(
@@ -170,8 +178,10 @@ PRESETS: dict[str, SweepSpec] = {
         seeds=(0, 1, 2),
         task_models=dict(PAPER_MODELS),
         task_train={k: dict(v) for k, v in PAPER_TRAIN.items()},
+        model_train={k: dict(v) for k, v in PAPER_MODEL_TRAIN.items()},
         gpus_per_cell=1.0,
         preset="paper",
+        lab=LAB_SCENARIOS,
     ),
 }
 
@@ -188,12 +198,18 @@ _KEYS = (
     "steps",
     "train",
     "task_train",
+    "model_train",
     "workers",
     "executor",
     "ray_address",
     "gpus_per_cell",
     "cpus_per_cell",
+    "processes_per_cell",
+    "distributed",
     "report",
+    "eval",
+    "lab",
+    "lab_seeds",
 )
 
 
@@ -269,6 +285,16 @@ def _seeds(value: Any, source: str, dedupe: bool = False) -> tuple[int, ...]:
     if not raw:
         raise UserError(f"sweep setting 'seeds'{_where(source)}: expected at least one seed")
     return _unique([_int(v, "seeds", source, minimum=0) for v in raw], "seeds", source, dedupe)
+
+
+def _lab_scenarios(value: Any, source: str, dedupe: bool) -> tuple[str, ...]:
+    """Lab scenario names (``[]`` or null: none); an unknown name is the lab's UnknownNameError."""
+    if value is None or (isinstance(value, list | tuple | str) and not value):
+        return ()
+    names = _names(value, "lab", source, dedupe)
+    for name in names:
+        get_scenario(name)
+    return names
 
 
 def _mapping(value: Any, key: str, source: str) -> dict[str, Any]:
@@ -352,13 +378,27 @@ def apply_settings(
         if isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0:
             raise _bad("cpus_per_cell", source, "a number > 0", cpus)
         changes["cpus_per_cell"] = float(cpus)
+    if "processes_per_cell" in data:
+        processes = _int(data["processes_per_cell"], "processes_per_cell", source, minimum=1)
+        changes["processes_per_cell"] = processes
+    if "distributed" in data:
+        if data["distributed"] not in DISTRIBUTED:
+            raise _bad("distributed", source, f"one of {', '.join(DISTRIBUTED)}", data["distributed"])
+        changes["distributed"] = data["distributed"]
+    if "lab" in data:
+        changes["lab"] = _lab_scenarios(data["lab"], source, dedupe)
+    if "lab_seeds" in data:
+        changes["lab_seeds"] = _int(data["lab_seeds"], "lab_seeds", source, minimum=1)
     if "report" in data:
         if not isinstance(data["report"], bool):
             raise _bad("report", source, "true or false", data["report"])
         changes["report"] = data["report"]
     if "train" in data:
         changes["train"] = _mapping(data["train"], "train", source)
-    for key in ("method_params", "task_params", "task_train"):
+    if "eval" in data:
+        evals = _mapping(data["eval"], "eval", source)
+        changes["eval"] = {t: _names(v, f"eval.{t}", source, dedupe) for t, v in evals.items()}
+    for key in ("method_params", "task_params", "task_train", "model_train"):
         if key in data:
             changes[key] = _nested(data[key], key, source)
     spec = replace(base, **changes)
@@ -367,10 +407,17 @@ def apply_settings(
     # narrows the axes (e.g. ``--tasks``), are dropped by :func:`_drop_unused` instead.
     if "method_params" in changes:
         _check_subset(spec.method_params, spec.methods, "method_params", "methods")
-    for key in ("task_params", "task_train", "task_models"):
+    for key in ("task_params", "task_train", "task_models", "eval"):
         if key in changes:
             _check_subset(getattr(spec, key), spec.tasks, "models" if key == "task_models" else key, "tasks")
+    if "model_train" in changes:
+        _check_subset(spec.model_train, _all_models(spec), "model_train", "models")
     return spec
+
+
+def _all_models(spec: SweepSpec) -> tuple[str, ...]:
+    """Every model the sweep trains, over all its tasks."""
+    return tuple(dict.fromkeys(m for task in spec.tasks for m in spec.models_for(task)))
 
 
 def _drop_unused(spec: SweepSpec) -> SweepSpec:
@@ -382,7 +429,9 @@ def _drop_unused(spec: SweepSpec) -> SweepSpec:
         task_models={k: v for k, v in spec.task_models.items() if k in tasks},
         task_params={k: v for k, v in spec.task_params.items() if k in tasks},
         task_train={k: v for k, v in spec.task_train.items() if k in tasks},
+        eval={k: v for k, v in spec.eval.items() if k in tasks},
     )
+    spec = replace(spec, model_train={k: v for k, v in spec.model_train.items() if k in _all_models(spec)})
     for task in spec.tasks:
         if not spec.models_for(task):
             raise UserError(f"no models for task {task!r}: give 'models' (for all tasks) or 'models.{task}'")
