@@ -4,9 +4,12 @@ On a terminal (and without ``--verbose``) a table redrawn twice a second shows e
 its state, the step it is in with that step's progress and ETA (read from the progress file the
 cell keeps, :mod:`mrbench.engine.phases`, whether it runs in this process or a worker), its
 elapsed time and its primary metric before → after once it has finished; under it, cells
-done/total, elapsed time and the sweep's ETA. Whatever the console, each cell prints one line when
-it starts (plain consoles only) and one when it ends::
+done/total, elapsed time and the sweep's ETA. A plain console (no terminal, or ``--verbose``)
+gets a line per running cell when its step changes and every 30 s while a step lasts. Whatever
+the console, each cell prints one line when it starts (plain consoles only) and one when it ends::
 
+    ▶ cell 1/27  grpo|tool-calling|tiny|s0  run key 75d43ab610c5  elapsed 0:00  ETA ?
+      grpo|tool-calling|tiny|s0: warm start 384/1000 steps · ETA 0:47
     FINISHED grpo|tool-calling|tiny|s0 in 0:28 · exact_match 0.125 → 0.172
     FAILED gdpo|tool-calling|tiny|s0 in 0:05 — RuntimeError: … (log: …/cell.log)
 """
@@ -24,6 +27,8 @@ from mrbench.sweeps.cell import Cell, CellOutcome
 
 __all__ = ["SweepProgress", "fmt_s"]
 
+PLAIN_POLL_S = 1.0  # how often a plain console looks at the running cells' progress files
+PLAIN_EVERY_S = 30.0  # at most one line per cell and step this often (and one when its step changes)
 STATE_STYLE = {"running": "cyan", "FINISHED": "green", "FAILED": "red", "KILLED": "yellow"}
 
 
@@ -74,6 +79,14 @@ class SweepProgress:
                 redirect_stderr=False,
             )
             self._live.start()
+        # Plain consoles get a line per running cell when its step changes, and at most every
+        # PLAIN_EVERY_S seconds while it lasts, so a long step (the model build) shows progress too.
+        self._plain: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._said: dict[str, tuple[str, float]] = {}  # cell key → (phase, when printed)
+        if self._live is None and total:
+            self._plain = threading.Thread(target=self._plain_lines, daemon=True, name="mrbench-progress")
+            self._plain.start()
 
     @property
     def done(self) -> int:
@@ -136,6 +149,28 @@ class SweepProgress:
         if self._live is not None:
             self._live.stop()
             self._live = None
+        if self._plain is not None:
+            self._stop.set()
+            self._plain.join(2)
+            self._plain = None
+
+    def _plain_lines(self) -> None:
+        while not self._stop.wait(PLAIN_POLL_S):
+            with self._lock:
+                running = list(self.running.values())
+            now = time.monotonic()
+            for cell in running:
+                state = read_progress(cell_folder(cell) / PROGRESS_NAME)
+                if not state or state.get("ended"):
+                    continue
+                phase = str(state.get("phase", ""))
+                last_phase, last_at = self._said.get(cell.key, ("", 0.0))
+                if phase == last_phase and now - last_at < PLAIN_EVERY_S:
+                    continue
+                self._said[cell.key] = (phase, now)
+                self.console.print(
+                    f"  {cell.label}: {describe(state)}", highlight=False, markup=False, soft_wrap=True
+                )
 
     # ------------------------------------------------------------------ reading
 

@@ -59,3 +59,39 @@ def test_finished_line_has_the_primary_metric_and_a_failure_names_the_log(tmp_pa
     assert finished == f"FINISHED {done.label} in 0:28 · exact_match {before:.3f} → {after:.3f}"
     failure = next(line for line in lines if line.startswith("FAILED"))
     assert failure == f"FAILED {failed.label} in 0:05 — RuntimeError: boom (log: {log})"
+
+
+def test_plain_console_prints_a_running_cells_step_when_it_changes(tmp_path, monkeypatch):
+    import time
+
+    from mrbench.sweeps import progress as progress_module
+
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(phases, "WRITE_EVERY_S", 0.0)
+    monkeypatch.setattr(progress_module, "PLAIN_POLL_S", 0.02)
+    cell = _cell("grpo")
+    screen = Console(file=io.StringIO(), width=200)
+    progress = SweepProgress(screen, total=1, workers=1, live=False)
+
+    def wait_for(text: str) -> None:
+        deadline = time.monotonic() + 10
+        while text not in _text(screen) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert text in _text(screen)
+
+    try:
+        progress.start(cell)
+        with phases.progress_file(cell_folder(cell) / phases.PROGRESS_NAME):
+            build = phases.start("warm start", 1000, "steps")
+            build.update(384)
+            wait_for(f"  {cell.label}: warm start 384/1000 steps")
+            build.update(500)  # same step, within PLAIN_EVERY_S: no second line
+            time.sleep(0.2)
+            build.end()
+            train = phases.start("train", 30, "steps")
+            train.update(3)
+            wait_for(f"  {cell.label}: train 3/30 steps")
+    finally:
+        progress.close()
+    assert "warm start 500/1000" not in _text(screen)
+    assert sum(line.startswith(f"  {cell.label}: warm start") for line in _text(screen).splitlines()) == 1
