@@ -122,7 +122,7 @@ def register(app: typer.Typer, *, cell_fn: CellFn | None = None, resolve: Resolv
         ] = False,
         no_lab: Annotated[
             bool,
-            typer.Option("--no-lab", help="Do not run the estimator-lab scenarios before the report (lab: [])."),
+            typer.Option("--no-lab", help="Do not run the estimator lab before the report (lab: [])."),
         ] = False,
         verbose: Annotated[
             bool,
