@@ -17,10 +17,14 @@
    advantage hook (:mod:`mrbench.engine.trainer`) computes the method on whole groups of the
    global batch and keeps its rank's rows (:func:`local_slice`), as TRL does for its own
    advantages. Diagnostics and shadow estimators are computed on the gathered rewards by rank 0.
-4. Only rank 0 touches the tracking store and the cell's checkpoint folder: ranks > 0 get a
+4. Only rank 0 touches the tracking store and the cell's folder: ranks > 0 get a
    :class:`SilentClient` and a :class:`ReplicaFolder` (:func:`rank_client`, :func:`rank_folder`).
    They never need the run id. Every rank evaluates (a sharded model needs every rank for a
    forward pass); rank 0 logs. Rank 0 writes the cell's result, which the launcher returns.
+5. Training checkpoints and resume work as in a single-process cell (:mod:`mrbench.engine.resume`):
+   every rank writes its own RNG state into a checkpoint, rank 0 the rest and, once every rank is
+   done (:func:`barrier`), the marker; rank 0 chooses the checkpoint to resume from and sends it
+   to the other ranks (:func:`from_rank0`), and every rank restores it.
 """
 
 from __future__ import annotations
@@ -66,6 +70,38 @@ def rank() -> int:
 def is_main_process() -> bool:
     """True on rank 0, the only process that logs and writes the cell's folder."""
     return rank() == 0
+
+
+def from_rank0(value: Any) -> Any:
+    """Rank 0's ``value``, on every rank of this cell (``value`` itself outside a multi-process cell).
+
+    A collective: every rank calls it at the same point. It is called before the trainer exists,
+    so it starts the process group if nothing has yet (accelerate's ``PartialState``, with the
+    device choice the trainer makes; the trainer's own ``PartialState`` then reuses that group).
+    ``value`` must pickle.
+    """
+    if world_size() == 1:
+        return value
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        from accelerate import PartialState
+
+        PartialState(cpu=not torch.cuda.is_available())
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier() -> None:
+    """Wait until every rank of this cell gets here (nothing outside a multi-process cell)."""
+    if world_size() == 1:
+        return
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
 
 
 def per_process(global_count: int, processes: int | None = None) -> int:

@@ -4,8 +4,12 @@ While a cell trains, every ``checkpoint_every`` optimizer steps the trainer writ
 ``<results>/checkpoints/<run_key>/checkpoint-<step>/`` (transformers' own layout: the policy,
 ``optimizer.pt``, ``scheduler.pt``, ``rng_state.pth`` and ``trainer_state.json`` with the step),
 then mrbench adds :data:`MARKER`, written atomically once everything else is on disk: the run key,
-the MLflow run id, store and experiment, the size of every file of the checkpoint, and mrbench's
-own running state (the means that go to ``diagnostics.json``). A checkpoint without it is partial.
+the MLflow run id, store and experiment, the number of processes, the size of every file of the
+checkpoint, and mrbench's own running state (the means that go to ``diagnostics.json``). A
+checkpoint without it is partial. A multi-process cell (:mod:`mrbench.engine.distributed`) writes
+the same checkpoint with one ``rng_state_<rank>.pth`` per process; rank 0 writes the marker once
+every rank has saved, and when the cell runs again rank 0 alone picks (and cleans) the checkpoint
+and sends its choice to the other ranks, so that every rank resumes from the same one.
 Once a checkpoint is complete the previous one goes, so a cell keeps one (plus the model-only ones
 ``--save every:N`` asks for); when the cell is FINISHED its training state goes too.
 
@@ -33,8 +37,9 @@ again). On a CPU with the same thread count, a resumed cell's step metrics, adva
 and final evaluation equal an uninterrupted run's bit for bit (``tests/engine/test_resume_cell.py``).
 
 A checkpoint that cannot be used (files missing or of another size than written, a truncated
-safetensors file, :data:`MARKER` missing, unreadable or naming another run key) gets one warning
-naming its folder and is deleted; the cell resumes from the newest good one, or trains from scratch.
+safetensors file, the RNG state of one of the cell's processes missing, :data:`MARKER` missing,
+unreadable, or naming another run key or another number of processes) gets one warning naming
+its folder and is deleted; the cell resumes from the newest good one, or trains from scratch.
 A checkpoint whose run is FINISHED, FAILED, gone, or in another store or experiment is not resumed
 either (one warning): the cell trains from scratch in a new run, as before.
 """
@@ -121,7 +126,10 @@ def _safetensors_problem(path: Path) -> str | None:
 
 
 def checkpoint_problem(path: Path, run_key: str) -> str | None:
-    """Why the training checkpoint ``path`` cannot be resumed by the cell ``run_key``; None if it can."""
+    """Why the training checkpoint ``path`` cannot be resumed by the cell ``run_key`` (run by this
+    many processes); None if it can."""
+    from mrbench.engine.distributed import world_size
+
     marker_path = path / MARKER
     if not marker_path.is_file():
         return f"{MARKER} is missing (the checkpoint was not completed)"
@@ -145,8 +153,14 @@ def checkpoint_problem(path: Path, run_key: str) -> str | None:
     for name in _REQUIRED:
         if name not in files:
             return f"{name} is missing"
-    if not any(name.startswith("rng_state") for name in files):
-        return "its RNG state is missing"
+    processes = marker.get("processes", 1)
+    if processes != world_size():
+        # Each process restores its own RNG state: another count would not go on as it would have.
+        return f"it was written by {processes} processes, this cell runs {world_size()}"
+    rngs = ["rng_state.pth"] if processes == 1 else [f"rng_state_{r}.pth" for r in range(processes)]
+    missing = [name for name in rngs if name not in files]
+    if missing:
+        return f"its RNG state is missing ({', '.join(missing)})"
     if not any(name in files for name in _WEIGHTS):
         return "its model weights are missing"
     for name in sorted(files):
@@ -311,27 +325,27 @@ def start_run(
     steps: int,
 ) -> CellStart:
     """Reopen the run of the cell's last complete checkpoint (:func:`reopen_run`), else create a new
-    one. A multi-process cell neither writes training checkpoints nor resumes (its ranks would have
-    to agree on the checkpoint first)."""
-    from mrbench.engine.distributed import world_size
+    one. In a multi-process cell rank 0 alone decides (it checks, deletes and reopens) and the
+    other ranks take its decision: the same checkpoint, cadence and pre-training evaluation."""
+    from mrbench.engine.distributed import from_rank0, is_main_process
 
     every = resolve_checkpoint_every(checkpoint_every, steps)
-    if world_size() > 1:
-        every = 0
-    else:
+    resumed = None
+    if is_main_process():
         resumed = reopen_run(
             client, folder, run_key, experiment_id, tags, save=str(save), checkpoint_every=every
         )
-        if resumed is not None:
-            return CellStart(
-                resumed.run_id,
-                run_key,
-                client.tracking_uri,
-                experiment_id,
-                parse_save(resumed.save),
-                resumed.checkpoint_every,
-                resumed,
-            )
+    resumed = from_rank0(resumed)
+    if resumed is not None:
+        return CellStart(
+            resumed.run_id if is_main_process() else "",  # ranks > 0 log nothing: no run id
+            run_key,
+            client.tracking_uri,
+            experiment_id,
+            parse_save(resumed.save),
+            resumed.checkpoint_every,
+            resumed,
+        )
     run_id = client.create_run(experiment_id, tags=tags, run_name=run_name).info.run_id
     return CellStart(run_id, run_key, client.tracking_uri, experiment_id, save, every, None)
 
@@ -388,6 +402,8 @@ class CheckpointWriter:
     def __init__(self, trainer: Any, folder: CellFolder, start: CellStart) -> None:
         from transformers import TrainerCallback
 
+        from mrbench.engine.distributed import barrier
+
         self.trainer, self.folder = trainer, folder
         self.identity = {
             "run_key": start.run_key,
@@ -411,6 +427,8 @@ class CheckpointWriter:
                     control.should_save = True
 
             def on_save(self, args, state, control, **kwargs):
+                # Every rank has saved its part (its RNG state) before rank 0 vouches for the whole.
+                barrier()
                 if args.should_save:  # the main process (ranks > 0 leave the folder to rank 0)
                     writer.complete(
                         Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step
@@ -421,6 +439,8 @@ class CheckpointWriter:
     def complete(self, path: Path, step: int) -> None:
         """Write :data:`MARKER` into the checkpoint ``path`` the trainer has just written, then
         retire the earlier ones."""
+        from mrbench.engine.distributed import world_size
+
         files = {}
         for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != MARKER):
             _fsync(file)  # the marker must never outlive, on disk, the files it vouches for
@@ -430,6 +450,7 @@ class CheckpointWriter:
             "version": MARKER_VERSION,
             **self.identity,
             "step": step,
+            "processes": world_size(),
             "files": files,
             "trainer": {
                 "diagnostics": _to_json(trainer.diag_accumulator),

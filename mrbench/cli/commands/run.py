@@ -130,6 +130,7 @@ def register(app: typer.Typer) -> None:
                         processes=processes,
                         distributed=distributed,
                         tracking_retry_s=retry_s,
+                        checkpoint_every=every,
                         **cell_args,
                     )
                     result = CellResult(**launched)
