@@ -165,7 +165,9 @@ def _types(kind: type | tuple[type, ...]) -> tuple[type, ...]:
     return kind if isinstance(kind, tuple) else (kind,)
 
 
-def _hub_reachable(timeout_s: float = 3.0) -> bool:
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face hub's host (``$HF_ENDPOINT``) resolves within ``timeout_s``: a quick
+    offline check before ``datasets`` would retry for minutes."""
     host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(timeout_s)
@@ -181,7 +183,7 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
 def hub_rows(dataset: str, repo: str, split: str) -> list[dict[str, Any]]:
     """Rows of hub dataset ``repo`` (split ``split``); :class:`UserError` naming ``dataset`` if absent."""
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    if not offline and not _hub_reachable():
+    if not offline and not hub_reachable():
         raise UserError(
             f"dataset {dataset!r}: {repo!r} is no local path, and as a hub id it cannot be loaded: the "
             "Hugging Face hub is unreachable; "

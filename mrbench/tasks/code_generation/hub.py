@@ -12,12 +12,11 @@ from __future__ import annotations
 import functools
 import os
 import re
-import socket
 from typing import Any
-from urllib.parse import urlparse
 
 from mrbench.core.errors import UserError
 from mrbench.tasks.code_generation.problems import ANSWER_INSTRUCTION, Problem
+from mrbench.tasks.sources import hub_reachable as _hub_reachable
 
 LEETCODE_REPO = "newfacade/LeetCodeDataset"  # train 2,641 / test 228 (the paper's training set)
 MBPP_REPO = "google-research-datasets/mbpp"  # "full" config: train 374 / test 500 / validation 90
@@ -29,19 +28,6 @@ _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNOREC
 class HubUnavailableError(UserError, RuntimeError):
     """A hub dataset could not be loaded (offline, not cached, or not found): a user error (exit 2,
     one line), and a ``RuntimeError`` for the callers that report it per item (``mrbench score``)."""
-
-
-def _hub_reachable(timeout_s: float = 3.0) -> bool:
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(timeout_s)
-    try:
-        socket.getaddrinfo(host, 443)
-    except OSError:
-        return False
-    finally:
-        socket.setdefaulttimeout(previous)
-    return True
 
 
 def load_hub_rows(repo: str, config: str | None, split: str) -> list[dict[str, Any]]:

@@ -243,7 +243,7 @@ def test_a_hub_id_while_the_hub_is_unreachable(monkeypatch: pytest.MonkeyPatch) 
     from mrbench.tasks import sources
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(sources, "_hub_reachable", lambda timeout_s=3.0: False)
+    monkeypatch.setattr(sources, "hub_reachable", lambda timeout_s=3.0: False)
     with pytest.raises(UserError, match=r"'toolrl'.*hub is unreachable") as info:
         tool_calling(dataset="toolrl", data_path="someone/rlla-4k").eval_samples()
     assert "data_path" in str(info.value)
