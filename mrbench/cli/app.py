@@ -28,8 +28,7 @@ import typer
 
 from mrbench.core.errors import UserError
 from mrbench.core.interrupts import exit_code, received, stop_signals_interrupt
-
-VERBOSE_ENV = "MRBENCH_VERBOSE"
+from mrbench.engine.console import VERBOSE_ENV, verbose
 
 app = typer.Typer(
     name="mrbench",
@@ -64,11 +63,6 @@ def _options(
 ) -> None:
     if verbose:
         os.environ[VERBOSE_ENV] = "1"  # read by main(), and inherited by worker processes
-
-
-def verbose() -> bool:
-    """True when ``--verbose`` was given or ``$MRBENCH_VERBOSE`` is set to a true value."""
-    return os.environ.get(VERBOSE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def _click_exception() -> type[Exception]:
