@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,5 +34,23 @@ def mrbench_cli(
             cli_app.main()
         out = capsys.readouterr()
         return int(info.value.code or 0), out.out, out.err
+
+    return call
+
+
+@pytest.fixture
+def eval_two(mrbench_cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> Callable[..., dict]:
+    """``eval_two(model_dir, task, dataset, data_param)`` → the ``--json`` report of ``mrbench eval``
+    of ``model_dir`` on the first 2 items of ``dataset`` (16 completion tokens, a store in
+    ``tmp_path``); fails the test unless it exits 0."""
+
+    def call(model_dir: Path, task: str, dataset: str, data_param: str) -> dict:
+        code, out, err = mrbench_cli(
+            "eval", "--model", str(model_dir), "--task", task, "--dataset", dataset,
+            "--task-param", data_param, "--task-param", "max_completion_tokens=16", "--limit", "2",
+            "--json", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+        )  # fmt: skip
+        assert code == 0, err[-2000:]
+        return json.loads(out)
 
     return call

@@ -91,7 +91,7 @@ def test_utility_and_attack_success(folder: Path, tmp_path: Path) -> None:
 
 
 def test_score_and_eval_through_the_cli(
-    folder: Path, tmp_path: Path, mrbench_cli, micro_model_dir: Path
+    folder: Path, tmp_path: Path, mrbench_cli, eval_two, micro_model_dir: Path
 ) -> None:
     param = f"data_path={folder}"
     code, out, err = mrbench_cli(
@@ -100,27 +100,7 @@ def test_score_and_eval_through_the_cli(
     assert code == 0, err
     report = json.loads(out)
     assert report["n"] == 6 and report["summary"] == {"utility": 1.0, "safety": 1.0}
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code, out, err = mrbench_cli(
-        "eval",
-        "--model",
-        str(micro_model_dir),
-        "--task",
-        "agent-security",
-        "--dataset",
-        "asb",
-        "--task-param",
-        param,
-        "--task-param",
-        "max_completion_tokens=16",
-        "--limit",
-        "2",
-        "--json",
-        "--tracking-uri",
-        uri,
-    )
-    assert code == 0, err[-2000:]
-    report = json.loads(out)
+    report = eval_two(micro_model_dir, "agent-security", "asb", param)
     assert (report["dataset"], report["n"]) == ("asb", 2) and {"asr", "joint", "utility_clean"} <= set(
         report["metrics"]
     )

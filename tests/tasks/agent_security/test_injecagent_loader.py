@@ -104,7 +104,7 @@ def test_evaluation_reports_asr(folder: Path) -> None:
 
 
 def test_score_and_eval_through_the_cli(
-    folder: Path, tmp_path: Path, mrbench_cli, micro_model_dir: Path
+    folder: Path, tmp_path: Path, mrbench_cli, eval_two, micro_model_dir: Path
 ) -> None:
     param = f"data_path={folder}"
     code, out, err = mrbench_cli(
@@ -120,27 +120,7 @@ def test_score_and_eval_through_the_cli(
     )
     assert code == 0, err
     assert json.loads(out)["summary"] == {"utility": 1.0, "safety": 1.0}
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code, out, err = mrbench_cli(
-        "eval",
-        "--model",
-        str(micro_model_dir),
-        "--task",
-        "agent-security",
-        "--dataset",
-        "injecagent",
-        "--task-param",
-        param,
-        "--task-param",
-        "max_completion_tokens=16",
-        "--limit",
-        "2",
-        "--json",
-        "--tracking-uri",
-        uri,
-    )
-    assert code == 0, err[-2000:]
-    report = json.loads(out)
+    report = eval_two(micro_model_dir, "agent-security", "injecagent", param)
     assert (report["dataset"], report["n"]) == ("injecagent", 2) and "asr" in report["metrics"]
 
 

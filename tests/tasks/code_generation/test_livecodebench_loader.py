@@ -68,34 +68,14 @@ def test_completions_are_run_against_the_tests(lcb: Path, tmp_path: Path) -> Non
 
 
 def test_score_and_eval_through_the_cli(
-    lcb: Path, tmp_path: Path, mrbench_cli, micro_model_dir: Path
+    lcb: Path, tmp_path: Path, mrbench_cli, eval_two, micro_model_dir: Path
 ) -> None:
     param = f"data_path={lcb}"
     code, _, err = mrbench_cli(
         "score", "--task", "code-generation", "--dataset", "livecodebench", "--gold", "--task-param", param
     )
     assert code == 2 and "ships no reference solutions" in err and "--input" in err
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code, out, err = mrbench_cli(
-        "eval",
-        "--model",
-        str(micro_model_dir),
-        "--task",
-        "code-generation",
-        "--dataset",
-        "livecodebench",
-        "--task-param",
-        param,
-        "--task-param",
-        "max_completion_tokens=16",
-        "--limit",
-        "2",
-        "--json",
-        "--tracking-uri",
-        uri,
-    )
-    assert code == 0, err[-2000:]
-    report = json.loads(out)
+    report = eval_two(micro_model_dir, "code-generation", "livecodebench", param)
     assert (report["dataset"], report["n"]) == ("livecodebench", 2) and "pass_at_1" in report["metrics"]
 
 

@@ -141,7 +141,7 @@ def test_gold_scores_exact_and_a_wrong_call_does_not(raw: Path, tmp_path: Path) 
 
 
 def test_score_and_eval_through_the_cli(
-    raw: Path, tmp_path: Path, mrbench_cli, micro_model_dir: Path
+    raw: Path, tmp_path: Path, mrbench_cli, eval_two, micro_model_dir: Path
 ) -> None:
     param = f"data_path={raw}"
     code, out, err = mrbench_cli(
@@ -149,27 +149,7 @@ def test_score_and_eval_through_the_cli(
     )
     assert code == 0, err
     assert json.loads(out)["summary"]["exact_match"] == 1.0
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code, out, err = mrbench_cli(
-        "eval",
-        "--model",
-        str(micro_model_dir),
-        "--task",
-        "tool-calling",
-        "--dataset",
-        "toolrl",
-        "--task-param",
-        param,
-        "--task-param",
-        "max_completion_tokens=16",
-        "--limit",
-        "2",
-        "--json",
-        "--tracking-uri",
-        uri,
-    )
-    assert code == 0, err[-2000:]
-    report = json.loads(out)
+    report = eval_two(micro_model_dir, "tool-calling", "toolrl", param)
     assert (report["dataset"], report["n"]) == ("toolrl", 2) and "exact_match" in report["metrics"]
 
 
