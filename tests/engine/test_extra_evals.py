@@ -4,6 +4,7 @@ model), added to a finished sweep without training again, and shown in the repor
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import math
 from pathlib import Path
@@ -100,6 +101,10 @@ def test_data_that_cannot_load_here_stops_the_sweep_naming_the_dataset(tmp_path,
         expand_grid(bfcl_spec)
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("bfcl_eval") is None,
+    reason='adds a BFCL dataset, which needs the BFCL data: pip install --no-deps "bfcl-eval==2026.3.23"',
+)
 def test_a_sweep_evaluates_each_cells_policy_and_adding_a_dataset_trains_nothing(
     micro_model_dir, tmp_path, monkeypatch
 ) -> None:
