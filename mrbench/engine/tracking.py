@@ -272,6 +272,25 @@ def _root_cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
+@contextmanager
+def _store_creation_lock(uri: str) -> Iterator[None]:
+    """Hold ``<db>.lock`` while a local sqlite store is opened for the first time.
+
+    Opening a new sqlite store creates its tables and runs MLflow's migrations; two processes
+    doing that at once (two sweeps or runs started together on a fresh results folder) fail with
+    errors such as "No such constraint: 'uq_experiments_name'". The lock costs a file open; a
+    server creates its tables itself, once, so other URIs take none.
+    """
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    from filelock import FileLock
+
+    db = Path(uri.removeprefix("sqlite:///"))
+    with FileLock(str(db) + ".lock", timeout=600):
+        yield
+
+
 def check_tracking_reachable(uri: str) -> None:
     """Fail early (before any training) if the tracking store cannot be reached.
 
@@ -285,7 +304,7 @@ def check_tracking_reachable(uri: str) -> None:
             raise UserError(f"tracking store folder {parent} does not exist (from --tracking-uri {uri!r})")
         check_store_writable(uri)
     try:
-        with _mlflow_http_settings(max_retries=0, timeout=5):
+        with _mlflow_http_settings(max_retries=0, timeout=5), _store_creation_lock(uri):
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as exc:  # MLflow raises many types for an unreachable store
         raise UserError(f"cannot reach the MLflow tracking store {uri!r}: {_first_line(exc)}") from None

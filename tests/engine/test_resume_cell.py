@@ -109,9 +109,11 @@ def _start(model_dir: Path, root: Path, name: str) -> subprocess.Popen:
     env = {**os.environ, "MRBENCH_RESULTS": str(root / "results"), "OMP_NUM_THREADS": "1"}
     env.pop(resume.CHECKPOINT_EVERY_ENV, None)
     log = (root / f"{name}.log").open("wb")
-    return subprocess.Popen(
-        _cell_command(model_dir, f"sqlite:///{root}/mlflow.db"), stdout=log, stderr=subprocess.STDOUT, env=env
-    )
+    uri = f"sqlite:///{root}/mlflow.db"
+    # The store exists before the cell starts: the test's own client, opened while the cell created
+    # the tables, would race it (mrbench's creation lock serialises mrbench processes only).
+    MlflowClient(uri).search_experiments(max_results=1)
+    return subprocess.Popen(_cell_command(model_dir, uri), stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def _kill_after_checkpoint(proc: subprocess.Popen, root: Path, step: int, timeout_s: float = 300) -> int:
@@ -126,7 +128,7 @@ def _kill_after_checkpoint(proc: subprocess.Popen, root: Path, step: int, timeou
             logged = [m.step for m in client.get_metric_history(run.info.run_id, LOSS)]
             if max(logged, default=0) > step:
                 proc.send_signal(signal.SIGKILL)
-                proc.wait()
+                assert proc.wait() == -signal.SIGKILL, "the cell ended before the kill reached it"
                 return max(m.step for m in client.get_metric_history(run.info.run_id, LOSS))
         time.sleep(0.05)
     proc.kill()
