@@ -33,8 +33,9 @@ from mrbench.engine.tracking import RetryingClient, ensure_experiment
 from mrbench.engine.trainer import DiagnosticsAccumulator
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
-# 16 prompts, 2 per step: an epoch is 8 steps, so a checkpoint at step 10 resumes inside epoch 2.
-STEPS, EVERY = 12, 5
+# 16 prompts, 2 per step: an epoch is 8 steps, so the checkpoint at step 10 resumes inside epoch 2.
+# The cell is killed after it (checkpoints at 5, 10 and 15), while steps 11-15 run.
+STEPS, EVERY, KILL_AFTER = 16, 5, 10
 TRAIN = {"steps": str(STEPS), "num_generations": "2", "prompts_per_step": "2", "eval_limit": "4"}
 LOSS = layout.step_metric("loss")
 # Wall-clock figures: they differ between any two runs.
@@ -116,23 +117,35 @@ def _start(model_dir: Path, root: Path, name: str) -> subprocess.Popen:
     return subprocess.Popen(_cell_command(model_dir, uri), stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def _kill_after_checkpoint(proc: subprocess.Popen, root: Path, step: int, timeout_s: float = 300) -> int:
-    """SIGKILL ``proc`` once checkpoint ``step`` is complete and a later step is logged; return the
-    last step it logged."""
+def _complete_checkpoints(root: Path) -> list[int]:
+    found = (root / "results" / "checkpoints").glob(f"*/checkpoint-*/{resume.MARKER}")
+    return sorted(int(marker.parent.name.removeprefix("checkpoint-")) for marker in found)
+
+
+def _kill_after_checkpoint(proc: subprocess.Popen, root: Path, timeout_s: float = 300) -> tuple[int, int]:
+    """SIGKILL ``proc`` once checkpoint ``KILL_AFTER`` is the newest complete one and a later step
+    is logged; return the newest complete checkpoint's step and the last step the cell logged.
+
+    The next checkpoint comes ``EVERY`` steps later: a window of several steps, where killing after
+    the last checkpoint would leave only the final steps and the evaluation, which a quick cell can
+    finish first.
+    """
     client = MlflowClient(f"sqlite:///{root}/mlflow.db")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, (root / "killed.log").read_text()[-3000:]
-        if list((root / "results" / "checkpoints").glob(f"*/checkpoint-{step}/{resume.MARKER}")):
+        complete = _complete_checkpoints(root)
+        if complete and complete[-1] == KILL_AFTER:
             run = _only_run(f"sqlite:///{root}/mlflow.db", "resume")
             logged = [m.step for m in client.get_metric_history(run.info.run_id, LOSS)]
-            if max(logged, default=0) > step:
+            if max(logged, default=0) > complete[-1]:
                 proc.send_signal(signal.SIGKILL)
                 assert proc.wait() == -signal.SIGKILL, "the cell ended before the kill reached it"
-                return max(m.step for m in client.get_metric_history(run.info.run_id, LOSS))
-        time.sleep(0.05)
+                last = max(m.step for m in client.get_metric_history(run.info.run_id, LOSS))
+                return _complete_checkpoints(root)[-1], last
+        time.sleep(0.02)
     proc.kill()
-    raise AssertionError(f"no complete checkpoint-{step} in time")
+    raise AssertionError("no complete checkpoint in time")
 
 
 @pytest.mark.slow
@@ -142,8 +155,7 @@ def test_a_cell_killed_with_sigkill_resumes_in_the_same_run_and_ends_as_an_unint
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     reference = _start(micro_model_dir, whole, "whole")  # alongside: it shares nothing with the other
     victim = _start(micro_model_dir, killed, "killed")
-    checkpoint = (STEPS // EVERY) * EVERY  # 10
-    last_logged = _kill_after_checkpoint(victim, killed, checkpoint)
+    checkpoint, last_logged = _kill_after_checkpoint(victim, killed)
     uri = f"sqlite:///{killed}/mlflow.db"
     run_id = _only_run(uri, "resume").info.run_id
     assert _only_run(uri, "resume").info.status == "RUNNING"  # nothing ended it: the process died
