@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from mlflow.tracking import MlflowClient
-from test_resume_cell import LOSS, _assert_same_training, _only_run
+from test_resume_cell import LOSS, _assert_same_training, _complete_checkpoints, _only_run
 
 from mrbench.core import layout
 from mrbench.engine import resume
@@ -63,11 +63,6 @@ def _kill_all(proc: subprocess.Popen) -> None:
             psutil.Process(pid).wait(timeout=30)
         except psutil.NoSuchProcess:
             pass
-
-
-def _complete_checkpoints(root: Path) -> list[int]:
-    found = (root / "results" / "checkpoints").glob(f"*/checkpoint-*/{resume.MARKER}")
-    return sorted(int(marker.parent.name.removeprefix("checkpoint-")) for marker in found)
 
 
 def _kill_after_checkpoint(proc: subprocess.Popen, root: Path, timeout_s: float = 300) -> tuple[int, int]:
