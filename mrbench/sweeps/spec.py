@@ -57,6 +57,10 @@ LAB_SCENARIOS = tuple(LAB_PRESETS)  # every preset runs every lab scenario (seco
 LAB_SEEDS = 50  # seeds per lab scenario: the lab's own default (mrbench simulate --seeds)
 ALL_TASKS = ("code-generation", "tool-calling", "agent-security")
 TINY_LADDER = ("tiny", "tiny-s", "tiny-m", "tiny-l")
+# The `cpu` preset stops at tiny-m: on two cores tiny-l's warm start alone takes about 20 minutes
+# and each of its cells several, which would turn an hour's sweep into an afternoon's. Add it with
+# `--models tiny,tiny-s,tiny-m,tiny-l` where there are cores to spare.
+CPU_LADDER = TINY_LADDER[:3]
 EXECUTORS = ("local", "ray")
 
 
@@ -159,12 +163,13 @@ PRESETS: dict[str, SweepSpec] = {
         preset="smoke",
         lab=LAB_SCENARIOS,
     ),
-    # The tiny ladder × 3 seeds: a CPU-sized comparison with confidence intervals.
+    # Three rungs of the tiny ladder × 3 seeds: a CPU-sized comparison with confidence intervals
+    # and model-size scaling; about an hour and a half on two cores with --workers 2.
     "cpu": SweepSpec(
         name="cpu",
         methods=MAIN_METHODS,
         tasks=ALL_TASKS,
-        models=TINY_LADDER,
+        models=CPU_LADDER,
         seeds=(0, 1, 2),
         preset="cpu",
         lab=LAB_SCENARIOS,

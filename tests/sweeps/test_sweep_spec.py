@@ -11,7 +11,7 @@ import yaml
 
 from mrbench.core.errors import UserError
 from mrbench.engine.config import TrainSettings
-from mrbench.sweeps.spec import PRESETS, TINY_LADDER, build_sweep_spec, load_yaml
+from mrbench.sweeps.spec import CPU_LADDER, PRESETS, build_sweep_spec, load_yaml
 
 
 def write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
@@ -29,10 +29,10 @@ def test_default_is_the_smoke_preset() -> None:
     assert spec.workers == 1 and spec.executor == "local" and spec.report
 
 
-def test_cpu_preset_is_the_tiny_ladder_with_three_seeds() -> None:
+def test_cpu_preset_is_the_tiny_ladder_to_tiny_m_with_three_seeds() -> None:
     spec = build_sweep_spec(preset="cpu")
-    assert spec.models == TINY_LADDER and spec.seeds == (0, 1, 2)
-    assert all(spec.models_for(t) == TINY_LADDER for t in spec.tasks)
+    assert spec.models == CPU_LADDER == ("tiny", "tiny-s", "tiny-m") and spec.seeds == (0, 1, 2)
+    assert all(spec.models_for(t) == CPU_LADDER for t in spec.tasks)
 
 
 def test_paper_preset_has_per_domain_models_and_valid_train_settings() -> None:
@@ -51,7 +51,7 @@ def test_cli_overrides_beat_the_file_which_beats_the_preset(tmp_path: Path) -> N
     path = write(tmp_path, "preset: cpu\nseeds: [3, 4]\nsteps: 7\ntrain: {learning_rate: 0.01}\n")
     spec = build_sweep_spec(config=path, overrides={"n_seeds": 2, "methods": "grpo,corrgrpo", "tasks": None})
     assert spec.name == "exp"  # the file's stem
-    assert spec.models == TINY_LADDER  # from the preset
+    assert spec.models == CPU_LADDER  # from the preset
     assert spec.seeds == (0, 1)  # --n-seeds beats the file's seeds
     assert spec.methods == ("grpo", "corrgrpo")
     assert spec.train_for("tool-calling") == {"learning_rate": 0.01, "steps": 7}
