@@ -200,11 +200,14 @@ class FigureQueue:
         self._queue("advantage_share_bars", path, shares, components, title=title, colors=self.colors)
         return path
 
-    def scaling(self, task: str, series: dict[str, ScalingSeries], metric: str) -> Path:
-        """Queue a task's model-size scaling figure; return the PNG's path."""
+    def scaling(
+        self, task: str, series: dict[str, ScalingSeries], metric: str, ticks: dict[float, str]
+    ) -> Path:
+        """Queue a task's model-size scaling figure (``ticks``: parameter count → axis label);
+        return the PNG's path."""
         path = self.out / f"scaling-{slug(task)}.png"
         title = f"{task}: {metric} vs model size (mean, 95 % CI)"
-        self._queue("scaling_plot", path, series, metric=metric, title=title, colors=self.colors)
+        self._queue("scaling_plot", path, series, metric=metric, title=title, colors=self.colors, ticks=ticks)
         return path
 
     def _queue(self, kind: str, path: Path, *args: Any, **kwargs: Any) -> None:

@@ -384,6 +384,22 @@ class ScalingSeries:
     high: list[float]
 
 
+def model_ticks(ax: Any, ticks: Mapping[float, str]) -> None:
+    """Put a log x axis's ticks at the models (parameter count → label) and no others.
+
+    Powers of ten between the models say little, and their minor labels overlap when the models
+    are a few times apart. The limits leave a margin of 8 % of the span (in log space) each side.
+    """
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    ax.set_xticks(list(ticks), list(ticks.values()), fontsize=7)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    left, right = min(ticks), max(ticks)
+    pad = (right / left) ** 0.08 if right > left else 2.0
+    ax.set_xlim(left / pad, right * pad)
+
+
 def scaling_plot(
     path: Path,
     series: Mapping[str, ScalingSeries],
@@ -391,10 +407,13 @@ def scaling_plot(
     metric: str,
     title: str,
     colors: Mapping[str, Any] | None = None,
+    ticks: Mapping[float, str] | None = None,
 ) -> Path:
     """The primary metric against parameter count (log axis): one line per method through its
-    per-model means, with the 95 % CI of each as a vertical bar."""
+    per-model means, with the 95 % CI of each as a vertical bar. ``ticks`` (parameter count →
+    label, e.g. ``"tiny\n613K"``) puts the axis ticks at the models themselves."""
     from matplotlib.collections import LineCollection
+    from matplotlib.ticker import LogLocator
 
     methods = list(series)
     colors = colors or method_colors(methods)
@@ -406,9 +425,10 @@ def scaling_plot(
     ax.set_xscale("log")
     ax.autoscale_view()
     _style(ax, "", "parameters (log scale)", metric)
-    from matplotlib.ticker import LogLocator
-
-    ax.xaxis.set_major_locator(LogLocator())  # _style's linear locator does not suit a log axis
+    if ticks:
+        model_ticks(ax, ticks)
+    else:
+        ax.xaxis.set_major_locator(LogLocator())  # _style's linear locator does not suit a log axis
     _legend_below(fig, [_line_handle(colors.get(m)) for m in methods], methods)
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)

@@ -90,7 +90,10 @@ def header(ctx: ReportContext) -> list[str]:
     )
     lines.append(
         "| seeds per cell | "
-        + ", ".join(f"{k} seeds: {v} cells" for k, v in sorted(seed_counts.items(), reverse=True))
+        + ", ".join(
+            f"{k} seed{'s' * (k != 1)}: {v} cell{'s' * (v != 1)}"
+            for k, v in sorted(seed_counts.items(), reverse=True)
+        )
         + " |"
     )
     reused = sum(1 for r in runs if layout.read_tag(r.tags, layout.EVAL_BEFORE_FROM))

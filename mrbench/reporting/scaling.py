@@ -92,7 +92,8 @@ def _task(ctx: ReportContext, figures: FigureQueue, task: str) -> list[str]:
     lines.append("")
     drawable = {n: s for n, s in series.items() if len(s.n_params) >= 2}
     if drawable:
-        path = figures.scaling(task, drawable, info.primary)
+        ticks = {float(s): f"{m}\n{human_size(s)}" for m, s in sizes.items() if s is not None}
+        path = figures.scaling(task, drawable, info.primary, ticks)
         lines += [f"![model-size scaling {task}]({path.name})", ""]
     else:
         lines += ["No figure: fewer than two models with a logged parameter count.", ""]

@@ -114,3 +114,23 @@ def test_render_in_worker_processes_matches_serial(tmp_path: Path) -> None:
     assert [p.name for p in serial] == [p.name for p in parallel]
     for a, b in zip(serial, parallel, strict=True):
         assert a.read_bytes() == b.read_bytes()
+
+
+def test_scaling_axis_ticks_sit_at_the_models_only() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mrbench.reporting.plots import model_ticks
+
+    fig, ax = plt.subplots()
+    ax.set_xscale("log")
+    ax.plot([613e3, 1.87e6, 8.4e6], [0.3, 0.1, 0.0])
+    model_ticks(ax, {613e3: "tiny\n613K", 1.87e6: "tiny-s\n1.87M", 8.4e6: "tiny-m\n8.4M"})
+    assert list(ax.get_xticks()) == [613e3, 1.87e6, 8.4e6]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["tiny\n613K", "tiny-s\n1.87M", "tiny-m\n8.4M"]
+    assert len(ax.xaxis.get_minorticklocs()) == 0  # no 2×10⁶, 3×10⁶, … labels between them
+    left, right = ax.get_xlim()
+    assert left < 613e3 and right > 8.4e6  # the end points are inside the frame
+    plt.close(fig)

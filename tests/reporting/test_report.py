@@ -72,7 +72,7 @@ def test_report_has_every_section(synthetic: Built) -> None:
         "| git sha | `fake0000` (26 runs) |",
         "| packages | ",
         "mlflow 3.17.2",
-        "| seeds per cell | 3 seeds: 8 cells, 2 seeds: 1 cells |",
+        "| seeds per cell | 3 seeds: 8 cells, 2 seeds: 1 cell |",
         "2000 resamples, numpy seed 0",
         "sweep config (latest invocation",
         "## Warnings",
