@@ -3,11 +3,11 @@
     python benchmarks/profile_sweep.py [SWEEP] [--tracking-uri URI]
 
 Reads every FINISHED cell of the sweep (default ``smoke`` in the default store) and prints, per
-task, the median of each phase the runner logs (``perf/*``: model preparation, training,
-evaluation, the whole cell), how many cells reused the pre-training evaluation
-(``mrbench.eval_before_from``), and what that evaluation costs where it was computed (the median
-evaluation time of the cells that computed it minus that of the cells that reused it), then the
-parent run's wall time (first cell start to last cell end).
+task (per task and model when the sweep has several models), the median of each phase the runner
+logs (``perf/*``: model preparation, training, evaluation, the whole cell), how many cells reused
+the pre-training evaluation (``mrbench.eval_before_from``), and what that evaluation costs where
+it was computed (the median evaluation time of the cells that computed it minus that of the cells
+that reused it), then the parent run's wall time (first cell start to last cell end).
 """
 
 from __future__ import annotations
@@ -40,14 +40,24 @@ def main() -> int:
         for r in client.search_runs([experiment.experiment_id], max_results=10000)
         if r.info.status == "FINISHED" and layout.tag(layout.RUN_KEY) in r.data.tags
     ]
+    several_models = len({r.data.tags[layout.tag(layout.MODEL)] for r in runs}) > 1
     by_task: dict[str, list] = {}
     for run in runs:
-        by_task.setdefault(run.data.tags[layout.tag(layout.TASK)], []).append(run)
+        group = run.data.tags[layout.tag(layout.TASK)]
+        if several_models:
+            group += " | " + run.data.tags[layout.tag(layout.MODEL)]
+        by_task.setdefault(group, []).append(run)
     print(f"{len(runs)} FINISHED cells in sweep {args.sweep!r}")
     print(
-        "task | cells | wall s | model prepare s | train s | eval s | eval before s (when computed) | reused"
+        ("task | model" if several_models else "task")
+        + " | cells | wall s | model prepare s | train s | eval s | eval before s (when computed) | reused"
     )
-    for task, task_runs in by_task.items():
+
+    def order(item: tuple[str, list]) -> tuple[str, float]:  # by task, then by model size
+        sizes = [float(r.data.params.get(layout.PARAM_N_PARAMS, "nan")) for r in item[1]]
+        return item[0].split(" | ")[0], _median([x for x in sizes if x == x])
+
+    for task, task_runs in sorted(by_task.items(), key=order):
         m = {
             key: _median([r.data.metrics[key] for r in task_runs if key in r.data.metrics])
             for key in (
