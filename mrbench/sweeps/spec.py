@@ -57,9 +57,9 @@ LAB_SCENARIOS = tuple(LAB_PRESETS)  # every preset runs every lab scenario (seco
 LAB_SEEDS = 50  # seeds per lab scenario: the lab's own default (mrbench simulate --seeds)
 ALL_TASKS = ("code-generation", "tool-calling", "agent-security")
 TINY_LADDER = ("tiny", "tiny-s", "tiny-m", "tiny-l")
-# The `cpu` preset stops at tiny-m: on two cores tiny-l's warm start alone takes about 20 minutes
-# and each of its cells several, which would turn an hour's sweep into an afternoon's. Add it with
-# `--models tiny,tiny-s,tiny-m,tiny-l` where there are cores to spare.
+# The `cpu` preset stops at tiny-m: with two workers on two cores (a thread each) tiny-l's warm
+# start alone takes about 25 minutes and each of its cells several, which would turn an hour and a
+# half into an afternoon. Add it with `--models tiny,tiny-s,tiny-m,tiny-l` where there are cores.
 CPU_LADDER = TINY_LADDER[:3]
 EXECUTORS = ("local", "ray")
 
