@@ -148,6 +148,27 @@ def _kill_after_checkpoint(proc: subprocess.Popen, root: Path, timeout_s: float 
     raise AssertionError("no complete checkpoint in time")
 
 
+def _assert_resumed_like_whole(
+    killed: Path, whole: Path, run_id: str, checkpoint: int, last_logged: int, steps: int, tmp: Path
+) -> None:
+    """The killed cell's rerun continued run ``run_id`` from ``checkpoint`` and ended as the
+    uninterrupted cell in ``whole`` did (both stores under their folder, experiment "resume")."""
+    uri = f"sqlite:///{killed}/mlflow.db"
+    run = _only_run(uri, "resume")
+    assert run.info.run_id == run_id  # the same run, continued
+    assert layout.read_tag(run.data.tags, layout.RESUMED_FROM) == str(checkpoint)
+    logged = [m.step for m in MlflowClient(uri).get_metric_history(run_id, LOSS)]
+    # Every step once, plus the steps after the checkpoint that the killed attempt had logged.
+    assert sorted(set(logged)) == list(range(1, steps + 1))
+    assert len(logged) == steps + (last_logged - checkpoint)
+    # The pre-training evaluation was not repeated (by any rank): logged once.
+    exact = MlflowClient(uri).get_metric_history(run_id, layout.eval_before_metric("exact_match"))
+    assert len(exact) == 1
+    _assert_same_training(f"sqlite:///{whole}/mlflow.db", uri, "resume", steps, tmp)
+    cell = next((killed / "results" / "checkpoints").iterdir())
+    assert not list(cell.glob("checkpoint-*"))  # FINISHED: the training state is gone
+
+
 @pytest.mark.slow
 def test_a_cell_killed_with_sigkill_resumes_in_the_same_run_and_ends_as_an_uninterrupted_one(
     micro_model_dir: Path, tmp_path: Path
@@ -163,19 +184,7 @@ def test_a_cell_killed_with_sigkill_resumes_in_the_same_run_and_ends_as_an_unint
 
     again = _start(micro_model_dir, killed, "again")
     assert again.wait(timeout=600) == 0, (killed / "again.log").read_text()[-3000:]
-    run = _only_run(uri, "resume")
-    assert run.info.run_id == run_id  # the same run, continued
-    assert layout.read_tag(run.data.tags, layout.RESUMED_FROM) == str(checkpoint)
-    steps = [m.step for m in MlflowClient(uri).get_metric_history(run_id, LOSS)]
-    # Every step once, plus the steps after the checkpoint that the killed attempt had logged.
-    assert sorted(set(steps)) == list(range(1, STEPS + 1))
-    assert len(steps) == STEPS + (last_logged - checkpoint)
-    # The pre-training evaluation was not repeated: logged once.
-    exact = MlflowClient(uri).get_metric_history(run_id, layout.eval_before_metric("exact_match"))
-    assert len(exact) == 1
-    _assert_same_training(f"sqlite:///{whole}/mlflow.db", uri, "resume", STEPS, tmp_path)
-    cell = next((killed / "results" / "checkpoints").iterdir())
-    assert not list(cell.glob("checkpoint-*"))  # FINISHED: the training state is gone
+    _assert_resumed_like_whole(killed, whole, run_id, checkpoint, last_logged, STEPS, tmp_path)
 
 
 # ------------------------------------------------------------------ in-process: Ctrl-C, resume, corruption

@@ -11,6 +11,7 @@ the final evaluation), as in ``test_resume_cell.py``, whose helpers this test us
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,9 +23,8 @@ from pathlib import Path
 import psutil
 import pytest
 from mlflow.tracking import MlflowClient
-from test_resume_cell import LOSS, _assert_same_training, _complete_checkpoints, _only_run
+from test_resume_cell import LOSS, _assert_resumed_like_whole, _complete_checkpoints, _only_run
 
-from mrbench.core import layout
 from mrbench.engine import resume
 
 # 8 prompts, 2 per step: an epoch is 4 steps, so any checkpoint resumes past the first epoch. A step
@@ -53,16 +53,12 @@ def _kill_all(proc: subprocess.Popen) -> None:
     process group of its own): a machine that went away, not a stop signal the cell could handle."""
     victims = [proc.pid, *(child.pid for child in psutil.Process(proc.pid).children(recursive=True))]
     for pid in victims:
-        try:
+        with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     proc.wait()
     for pid in victims[1:]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):  # already reaped
             psutil.Process(pid).wait(timeout=30)
-        except psutil.NoSuchProcess:
-            pass
 
 
 def _kill_after_checkpoint(proc: subprocess.Popen, root: Path, timeout_s: float = 300) -> tuple[int, int]:
@@ -105,13 +101,4 @@ def test_a_two_process_cell_killed_with_sigkill_resumes_and_ends_as_an_uninterru
 
     again = _start(micro_model_dir, killed, "again")
     assert again.wait(timeout=600) == 0, (killed / "again.log").read_text()[-3000:]
-    run = _only_run(uri, "resume")
-    assert run.info.run_id == run_id  # the same run, continued
-    assert layout.read_tag(run.data.tags, layout.RESUMED_FROM) == str(step)
-    steps = [m.step for m in MlflowClient(uri).get_metric_history(run_id, LOSS)]
-    assert sorted(set(steps)) == list(range(1, STEPS + 1))
-    assert len(steps) == STEPS + (last_logged - step)
-    exact = MlflowClient(uri).get_metric_history(run_id, layout.eval_before_metric("exact_match"))
-    assert len(exact) == 1  # every rank skipped the pre-training evaluation: logged once
-    _assert_same_training(f"sqlite:///{whole}/mlflow.db", uri, "resume", STEPS, tmp_path)
-    assert not list(checkpoint.parent.glob("checkpoint-*"))  # FINISHED: the training state is gone
+    _assert_resumed_like_whole(killed, whole, run_id, step, last_logged, STEPS, tmp_path)
