@@ -20,7 +20,10 @@ How it maps onto lm-eval: the samples become a ``datasets.DatasetDict`` returned
 config's ``custom_dataset`` (one row per sample: ``idx``, ``id``, ``system``, ``user``,
 ``target``, and the sample's ``prompt``/``columns`` as JSON); ``description: system`` and
 ``doc_to_text: user`` rebuild the chat (system message + user turn) that lm-eval renders with
-the tokenizer's chat template (``apply_chat_template=True``, ``fewshot_as_multiturn=True``);
+the tokenizer's chat template (``apply_chat_template=True``, ``fewshot_as_multiturn=True``).
+Worked examples that a prompt holds as earlier user/assistant turns become lm-eval's few-shot
+examples (``num_fewshot``, ``fewshot_config: {sampler: first_n, samples: [...]}``), which it
+renders as those same turns between the system message and the request;
 ``output_type: generate_until`` with ``do_sample: false`` (greedy), ``max_gen_toks`` and
 ``until`` (lm-eval always adds the tokenizer's EOS); ``process_results`` rebuilds the
 :class:`~mrbench.core.contracts.Sample` from the row and calls ``score_fn``, and every metric aggregates
@@ -37,9 +40,10 @@ given as ``"module:attr"``); then, in an environment where mrbench is installed:
 ``run_generation_task(..., export_dir=DIR)`` goes through exactly those files, which is how the
 tests check that both routes agree.
 
-Limitations: prompts must be ``[user]`` or ``[system, user]`` (lm-eval's single-turn prompt
-shape; multi-turn tasks use their own runner), and an empty system message is dropped (lm-eval
-adds a system turn only when it has text); HFLM may set a missing pad token on the
+Limitations: prompts must be ``[system?, (user, assistant)*, user]`` with the same worked
+examples ``(user, assistant)*`` in every sample of a run (lm-eval's few-shot examples belong to
+the task, not the item; multi-turn tasks use their own runner), and an empty system message is
+dropped (lm-eval adds a system turn only when it has text); HFLM may set a missing pad token on the
 tokenizer (to EOS/UNK) — harmless for generation. The model's train/eval mode is restored.
 """
 
@@ -79,24 +83,58 @@ class GenerationRun:
 # --------------------------------------------------------------------------- documents
 
 
+Shot = tuple[str, str]
+"""A worked example: the user turn and the assistant's answer."""
+
+
+def split_prompt(sample: Sample) -> tuple[str, list[Shot], str]:
+    """``(system, worked examples, request)`` of a prompt ``[system?, (user, assistant)*, user]``;
+    ``ValueError`` for any other shape.
+
+    >>> split_prompt(Sample("a", [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]))
+    ('s', [], 'u')
+    """
+    messages = list(sample.prompt)
+    roles = [m.get("role") for m in messages]
+    system = messages[0]["content"] if roles[:1] == ["system"] else ""
+    body = roles[1:] if roles[:1] == ["system"] else roles
+    pairs_ok = all(r == ("user" if i % 2 == 0 else "assistant") for i, r in enumerate(body))
+    if not body or len(body) % 2 == 0 or not pairs_ok:
+        raise ValueError(
+            f"sample {sample.id!r}: the lm-eval bridge takes prompts [system?, (user, assistant)*, user], "
+            f"got roles {roles}"
+        )
+    turns = messages[len(roles) - len(body) :]
+    shots = [(turns[i]["content"], turns[i + 1]["content"]) for i in range(0, len(turns) - 1, 2)]
+    return system, shots, turns[-1]["content"]
+
+
+def shared_shots(samples: Sequence[Sample]) -> list[Shot]:
+    """The worked examples every sample's prompt holds; ``ValueError`` unless they are the same in all."""
+    shots = split_prompt(samples[0])[1]
+    for sample in samples[1:]:
+        if split_prompt(sample)[1] != shots:
+            raise ValueError(
+                f"sample {sample.id!r} holds other worked examples than sample {samples[0].id!r}: the "
+                "lm-eval bridge takes one set of examples for all samples (lm-eval's few-shot is per task)"
+            )
+    return shots
+
+
 def sample_to_row(index: int, sample: Sample) -> dict[str, Any]:
-    """One dataset row (an lm-eval "doc") for a sample; raises ``ValueError`` for multi-turn prompts.
+    """One dataset row (an lm-eval "doc") for a sample; ``ValueError`` for a prompt of another shape
+    (see :func:`split_prompt`). The worked examples are not in the row: they are the task's.
 
     >>> row = sample_to_row(0, Sample("a", [{"role": "user", "content": "hi"}], {"k": 1}))
     >>> row["system"], row["user"], row["columns"]
     ('', 'hi', '{"k": 1}')
     """
-    roles = [m.get("role") for m in sample.prompt]
-    if roles not in (["user"], ["system", "user"]):
-        raise ValueError(
-            f"sample {sample.id!r}: the lm-eval bridge takes prompts [user] or [system, user], "
-            f"got roles {roles}"
-        )
+    system, _, user = split_prompt(sample)
     return {
         "idx": index,
         "id": str(sample.id),
-        "system": sample.prompt[0]["content"] if roles[0] == "system" else "",
-        "user": sample.prompt[-1]["content"],
+        "system": system,
+        "user": user,
         "target": "",
         "prompt": json.dumps(sample.prompt, ensure_ascii=False),
         "columns": json.dumps(sample.columns, ensure_ascii=False),
@@ -168,16 +206,24 @@ def _config(
     until: Sequence[str],
     lower_is_better: Collection[str],
     version: str,
+    shots: Sequence[Shot] = (),
 ) -> dict[str, Any]:
     """The task config shared by the inline and the exported route (callables added by the caller)."""
-    return {
+    config: dict[str, Any] = {
         "task": task_name,
         "test_split": "test",
         "output_type": "generate_until",
         "description": "system",  # a column name: lm-eval uses doc["system"] as the system message
         "doc_to_text": "user",
         "doc_to_target": "target",
-        "num_fewshot": 0,
+        "num_fewshot": len(shots),
+    }
+    if shots:  # the same examples for every item, in order, as the turns before the request
+        config["fewshot_config"] = {
+            "sampler": "first_n",
+            "samples": [{"user": user, "target": answer} for user, answer in shots],
+        }
+    return config | {
         "generation_kwargs": {"until": list(until), "do_sample": False, "max_gen_toks": int(max_new_tokens)},
         "metric_list": [
             {"metric": m, "aggregation": "mean", "higher_is_better": m not in lower_is_better}
@@ -224,6 +270,7 @@ def export_lm_eval_task(
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     rows = [sample_to_row(i, s) for i, s in enumerate(samples)]
+    shots = shared_shots(samples)
     (out / f"{task_name}.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
     )
@@ -245,6 +292,7 @@ def export_lm_eval_task(
         until=until,
         lower_is_better=lower_is_better,
         version=version,
+        shots=shots,
     )
     text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
     text += f"custom_dataset: !function {utils.stem}.load_dataset\n"
@@ -281,7 +329,8 @@ def run_generation_task(
     Args:
         generator: object with ``.model`` (a transformers causal LM) and ``.tokenizer`` (with a
             chat template), e.g. :class:`mrbench.core.contracts.Generator`.
-        samples: prompts ``[user]`` or ``[system, user]``; their ``columns`` reach ``score_fn``.
+        samples: prompts ``[system?, (user, assistant)*, user]``, the same worked examples in all
+            (:func:`split_prompt`); their ``columns`` reach ``score_fn``.
         task_name: lm-eval task name (no ``/``, ``,`` or spaces).
         score_fn: ``(sample, completion) -> {metric: value}``, or ``"module:attr"`` naming one.
         metric_names: the keys of ``score_fn``'s result that lm-eval aggregates (mean).
@@ -328,6 +377,7 @@ def run_generation_task(
             until=until,
             lower_is_better=lower_is_better,
             version=version,
+            shots=shared_shots(samples),
         )
         # lm-eval calls custom_dataset(**metadata); the rows are already built.
         spec["custom_dataset"] = lambda **_: rows_dataset(rows)

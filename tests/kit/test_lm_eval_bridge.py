@@ -17,7 +17,7 @@ from mrbench.kit.lm_eval_bridge import GenerationRun, export_lm_eval_task, run_g
 @pytest.fixture(scope="module")
 def gen(random_generator: Any) -> HFGenerator:
     """A 2-layer random Qwen2 with a tokenizer trained on two strings."""
-    from mrbench.engine.models import train_tokenizer
+    from mrbench.engine.tiny import train_tokenizer
 
     tok = train_tokenizer(["def add(a, b): return a + b", "What is the weather in Paris?"], vocab_size=300)
     return random_generator(tok, max_positions=512, seed=1)
@@ -125,14 +125,45 @@ def test_exported_task_folder_gives_the_same_results(gen: HFGenerator, tmp_path:
     assert [r["id"] for r in rows] == [s.id for s in samples]
 
 
+def _with_shots(sample: Sample, shots: list[tuple[str, str]]) -> Sample:
+    """``sample`` with worked examples as user/assistant turns before its request."""
+    head = [m for m in sample.prompt if m["role"] == "system"]
+    turns = [{"role": r, "content": c} for u, a in shots for r, c in (("user", u), ("assistant", a))]
+    return Sample(sample.id, [*head, *turns, sample.prompt[-1]], sample.columns)
+
+
+def test_worked_examples_become_lm_evals_few_shot_turns(gen: HFGenerator, tmp_path: Path) -> None:
+    """Prompts with the same earlier user/assistant turns: lm-eval renders them as its few-shot
+    examples, and the prompt the model sees is exactly the sample's (inline and exported)."""
+    shots = [("Weather in Oslo?", "<tool_call>oslo</tool_call>"), ("Thanks!", "<response>ok</response>")]
+    samples = [_with_shots(s, shots) for s in make_samples()]
+    common = dict(score_fn="tests.kit.test_lm_eval_bridge:length_score", metric_names=["chars"])
+    inline = run_generation_task(gen, samples, task_name="bridge_shots", max_new_tokens=8, **common)
+    assert inline.completions == [direct_greedy(gen, s, 8) for s in samples]
+    # The examples change what the model writes: they are in the prompt, not dropped.
+    assert inline.completions != [direct_greedy(gen, s, 8) for s in make_samples()]
+    exported = run_generation_task(
+        gen, samples, task_name="bridge_shots", max_new_tokens=8, export_dir=tmp_path, **common
+    )
+    assert exported.completions == inline.completions
+    assert "num_fewshot: 2" in (tmp_path / "bridge_shots.yaml").read_text()
+
+
 def test_bad_input_is_rejected_with_the_bad_value(gen: HFGenerator, tmp_path: Path) -> None:
-    turns = [
-        {"role": "user", "content": "a"},
-        {"role": "assistant", "content": "b"},
-        {"role": "user", "content": "c"},
-    ]
-    with pytest.raises(ValueError, match=r"'m'.*roles"):
-        sample_to_row(0, Sample("m", turns))
+    for roles in (["user", "assistant"], ["user", "tool", "user"], ["assistant", "user"], ["system"]):
+        turns = [{"role": r, "content": r[0]} for r in roles]
+        with pytest.raises(ValueError, match=r"'m'.*roles"):
+            sample_to_row(0, Sample("m", turns))
+    one, other = (_with_shots(make_samples()[0], [("q", a)]) for a in ("a1", "a2"))
+    with pytest.raises(ValueError, match="other worked examples"):
+        run_generation_task(
+            gen,
+            [one, Sample("z", other.prompt)],
+            task_name="t",
+            score_fn=length_score,
+            metric_names=["chars"],
+            max_new_tokens=2,
+        )
     kwargs = dict(score_fn=length_score, metric_names=["chars"], max_new_tokens=4)
     with pytest.raises(ValueError, match="no samples"):
         run_generation_task(gen, [], task_name="t", **kwargs)
