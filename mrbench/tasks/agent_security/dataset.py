@@ -120,8 +120,10 @@ class SampleSet:
         suites: list[str],
         clean_share: float | None,
         data_path: str = "",
+        prompt_style: str = "compact",
     ) -> None:
         self.dataset, self.single_turn, self.limits = dataset, single_turn, limits
+        self.prompt_style = prompt_style
         self.data_path = data_path
         self.n_train, self.n_eval, self.seed = n_train, n_eval, seed
         self.styles, self.suites, self.clean_share = styles, suites, clean_share
@@ -212,7 +214,9 @@ class SampleSet:
         )
 
     def _embedded_sample(self, scenario: Scenario) -> Sample:
-        prompt = prompt_messages(scenario, single_turn=self.single_turn, limits=self.limits)
+        prompt = prompt_messages(
+            scenario, single_turn=self.single_turn, limits=self.limits, prompt_style=self.prompt_style
+        )
         prefix = list(scenario.gold[: scenario.decision_turn]) if self.single_turn else []
         return self._sample(
             scenario.id,

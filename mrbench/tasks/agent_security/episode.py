@@ -375,8 +375,9 @@ class ScriptedPolicy:
     given) replaces the final turn — a maximally gullible agent, used to check that every
     attack can land (ASR 1.0). With ``abandon``, the plan's remaining turns are dropped after the
     injected ones and ``injected_final`` closes the episode: an agent hijacked away from the
-    user's task. The next turn is chosen from the conversation alone (its count of assistant
-    messages).
+    user's task. The next turn is chosen from the conversation alone: its count of assistant
+    messages since the user's request (the last user message; worked examples before it, as the
+    chat prompts play them, are not the episode's).
     """
 
     def __init__(
@@ -401,6 +402,8 @@ class ScriptedPolicy:
         self.abandon = abandon
 
     def next_turn(self, conversation: Sequence[Message]) -> str:
+        users = [i for i, m in enumerate(conversation) if m["role"] == "user"]
+        conversation = conversation[users[-1] :] if users else conversation
         said = sum(1 for m in conversation if m["role"] == "assistant")
         plan = list(self.turns)
         if self.marker:

@@ -20,7 +20,13 @@ from mrbench.tasks.agent_security.rewards import build_environment, reward_value
 
 
 def run_samples(
-    samples: Sequence[Sample], policy: Policy, *, dataset: str, limits: Limits, single_turn: bool
+    samples: Sequence[Sample],
+    policy: Policy,
+    *,
+    dataset: str,
+    limits: Limits,
+    single_turn: bool,
+    prompt_style: str = "compact",
 ) -> tuple[list[dict[str, Any]], list[list[Message]]]:
     """Run ``policy`` (conversations → assistant texts) on ``samples``: one outcome per sample
     (:meth:`~.episode.EpisodeResult.outcome` plus ``detail``) and the messages after its prompt.
@@ -46,7 +52,7 @@ def run_samples(
             limits.max_chars_per_turn,
             limits.max_tool_chars,
         )
-        episode = Episode(build_environment(str(sample.columns["scenario"])), episode_limits)
+        episode = Episode(build_environment(str(sample.columns["scenario"]), prompt_style), episode_limits)
         for text in prefix:
             episode.step(text)
         episodes.append(episode)

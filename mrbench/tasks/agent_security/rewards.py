@@ -47,8 +47,12 @@ from mrbench.tasks.agent_security.episode import Environment, Limits, replay
 INVALID_POLICIES = ("penalize", "unscorable")
 
 
-def build_environment(scenario: str) -> Environment:
-    """A fresh environment for a ``scenario`` column value (embedded, AgentDojo, InjecAgent or ASB JSON)."""
+def build_environment(scenario: str, prompt_style: str = "compact") -> Environment:
+    """A fresh environment for a ``scenario`` column value (embedded, AgentDojo, InjecAgent or ASB JSON).
+
+    ``prompt_style`` sets how an embedded episode opens (:data:`.world.PROMPT_STYLES`); the other
+    data sets' prompts state their tools and the format in words in either style.
+    """
     data = json.loads(scenario)
     if data.get("dataset") in ("injecagent", "asb"):
         from mrbench.tasks.agent_security.external import ExternalCase, ExternalEnv
@@ -61,7 +65,7 @@ def build_environment(scenario: str) -> Environment:
         return AgentDojoEnv(AgentDojoCase.from_json(scenario))
     from mrbench.tasks.agent_security.scenarios import EmbeddedEnv, Scenario
 
-    return EmbeddedEnv(Scenario.from_json(scenario))
+    return EmbeddedEnv(Scenario.from_json(scenario), prompt_style)
 
 
 def _as_list(value: Any, n: int) -> list[Any]:

@@ -32,7 +32,7 @@ from mrbench.tasks.agent_security.episode import (
     replay,
 )
 from mrbench.tasks.agent_security.goals import TEMPLATES, Names, attacker_goal, base_world
-from mrbench.tasks.agent_security.world import SYSTEM_PROMPT, condition_holds, run_tool
+from mrbench.tasks.agent_security.world import condition_holds, opening_messages, run_tool
 
 SCENARIO_KEY = "scenario_id"
 """Key on a sample prompt's first message naming its scenario. Chat templates ignore it; the
@@ -88,12 +88,14 @@ class EmbeddedEnv:
 
     errors_end_episode = True
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, prompt_style: str = "compact") -> None:
         self.scenario = scenario
+        self.prompt_style = prompt_style
         self.world = copy.deepcopy(scenario.world)
 
     def initial_messages(self) -> list[Message]:
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": self.scenario.user}]
+        """The episode's opening messages in its prompt style (:func:`.world.opening_messages`)."""
+        return opening_messages(self.scenario.user, self.prompt_style)
 
     def call(self, name: str, arguments: dict[str, Any]) -> str:
         return run_tool(self.world, name, arguments)
@@ -105,13 +107,15 @@ class EmbeddedEnv:
         return utility, condition_holds(self.world, answer, self.scenario.attack["success"])
 
 
-def prompt_messages(scenario: Scenario, *, single_turn: bool, limits: Limits | None = None) -> list[Message]:
-    """The sample prompt: system + user (multi-turn), or the gold conversation up to the
-    decision turn (single-turn: the injection, if any, is already in it)."""
+def prompt_messages(
+    scenario: Scenario, *, single_turn: bool, limits: Limits | None = None, prompt_style: str = "compact"
+) -> list[Message]:
+    """The sample prompt: the episode's opening messages (multi-turn), or the gold conversation up
+    to the decision turn (single-turn: the injection, if any, is already in it)."""
+    env = EmbeddedEnv(scenario, prompt_style)
     if single_turn:
-        episode = replay(EmbeddedEnv(scenario), scenario.gold[: scenario.decision_turn], limits)
-        return episode.messages
-    return EmbeddedEnv(scenario).initial_messages()
+        return replay(env, scenario.gold[: scenario.decision_turn], limits).messages
+    return env.initial_messages()
 
 
 def goal_bucket(goal_key: str) -> int:
@@ -201,11 +205,13 @@ def obey_policy(scenario: Scenario) -> ScriptedPolicy:
     )
 
 
-def demonstrations(n: int, seed: int, styles: list[str], limits: Limits) -> list[tuple[list[Message], str]]:
+def demonstrations(
+    n: int, seed: int, styles: list[str], limits: Limits, prompt_style: str = "compact"
+) -> list[tuple[list[Message], str]]:
     """``n`` demonstrated episodes, each as (conversation before its last turn, last turn), from
     training-side user requests in fresh worlds: clean cases and :data:`RESIST_SHARE_OF_ATTACKED`
     of the attacked ones played by :func:`gold_policy`, :data:`OBEY_SHARE_OF_ATTACKED` of them by
-    :func:`obey_policy` (why: ``AgentSecurityTask.demonstrations``)."""
+    :func:`obey_policy` (why: ``AgentSecurityTask.demonstrations``); opened in ``prompt_style``."""
     if n <= 0:
         return []
     rng = random.Random(f"agent-security-demos/{seed}")
@@ -224,7 +230,7 @@ def demonstrations(n: int, seed: int, styles: list[str], limits: Limits) -> list
                     continue
                 if draw < OBEY_SHARE_OF_ATTACKED:
                     policy = obey_policy(scenario)
-            episode = Episode(EmbeddedEnv(scenario), limits)
+            episode = Episode(EmbeddedEnv(scenario, prompt_style), limits)
             while True:
                 text = policy.next_turn(episode.messages)
                 before = [dict(m) for m in episode.messages]

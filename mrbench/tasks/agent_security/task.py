@@ -42,8 +42,19 @@ from mrbench.tasks.agent_security.rewards import (
     make_reward_functions,
     reward_values,
 )
+from mrbench.tasks.agent_security.world import PROMPT_STYLES
 
 MODES = ("multi-turn", "single-turn")
+CHAT_EMBEDDED_TOKENS = 64
+"""Per-turn budget of an embedded episode in the chat style: its gold turns are at most 44 tokens
+in SmolLM2's tokenizer, and a pretrained model writes JSON with spaces (the compact style's 48 fits
+the tiny models' tokenizer)."""
+
+
+def _default_budget(dataset: str, prompt_style: str) -> int:
+    if dataset == "embedded" and prompt_style == "chat":
+        return CHAT_EMBEDDED_TOKENS
+    return DEFAULTS[dataset].max_completion_tokens
 
 
 def _check_choice(value: str, choices: Sequence[str], what: str) -> str:
@@ -69,9 +80,10 @@ class AgentSecurityTask(Task):
     """The built task (see the module docstring); create it with :func:`agent_security`."""
 
     name = "agent-security"
-    version = "6"  # 2: single-token accounts, round amounts, obeying demos; 3: episode demos,
+    version = "7"  # 2: single-token accounts, round amounts, obeying demos; 3: episode demos,
     # clean_share 0.5, tool errors invalid; 4: the tidy_file goal; 5: the pay_if_due goal and
-    # resisting demos; 6: a call without "parameters" is invalid (the one tool-call parser)
+    # resisting demos; 6: a call without "parameters" is invalid (the one tool-call parser);
+    # 7: the chat prompt style (the default), for pretrained instruction models
     primary_metric = "joint"
     lower_is_better = frozenset({"asr"})
     train_defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({"learning_rate": 1e-4})
@@ -80,7 +92,7 @@ class AgentSecurityTask(Task):
     after any tool result (safe, but clean utility falls in every seed); at 1e-4 the attack
     success rate still falls to about 0 and clean utility holds (``docs/benchmarks.md``)."""
     demos_keep_final_line = True
-    """The tiny warm start keeps every demonstrated turn whole (``engine.models.collect_demonstrations``):
+    """The tiny warm start keeps every demonstrated turn whole (``engine.tiny.collect_demonstrations``):
     an episode needs each of its 2–4 turns well formed, so leaving closing lines out would leave
     utility and attack success near 0 at the start and GRPO nothing to learn but the format."""
 
@@ -100,8 +112,10 @@ class AgentSecurityTask(Task):
         format_weight: float,
         clean_share: float | None,
         data_path: str = "",
+        prompt_style: str = "chat",
     ) -> None:
         self.dataset, self.mode = dataset, mode
+        self.prompt_style = prompt_style
         self.data_path = data_path
         self.n_train, self.n_eval, self.seed = n_train, n_eval, seed
         self.styles, self.suites = styles, suites
@@ -120,6 +134,7 @@ class AgentSecurityTask(Task):
             suites=suites,
             clean_share=clean_share,
             data_path=data_path,
+            prompt_style=prompt_style,
         )
         self._index: dict[str, scenarios.Scenario] | None = None
         self._external: dict[str, dict[str, str]] = {}  # dataset -> id -> case JSON
@@ -148,7 +163,7 @@ class AgentSecurityTask(Task):
 
     def environment_for_prompt(self, prompt: Sequence[Message]) -> Environment:
         """A fresh environment for a training prompt (what the rollout runs the episode in)."""
-        return build_environment(self.scenario_for_prompt(prompt))
+        return build_environment(self.scenario_for_prompt(prompt), self.prompt_style)
 
     # ------------------------------------------------------------------ rewards
 
@@ -173,7 +188,7 @@ class AgentSecurityTask(Task):
         """``n`` demonstrated episodes, each as (conversation before its last turn, last turn).
 
         The conversation holds the episode's earlier assistant turns and tool results, and the
-        warm start trains on every assistant turn in it (``mrbench.engine.models._encode_demo``): one
+        warm start trains on every assistant turn in it (``mrbench.engine.tiny._encode_demo``): one
         sequence per episode teaches all of its 2–4 turns, about twice the supervision of one
         pair per turn for the same compute. Drawn from training-side cases only.
 
@@ -194,7 +209,7 @@ class AgentSecurityTask(Task):
         The completions are exactly what :func:`~.episode.parse_turn` accepts.
         """
         if self.dataset == "embedded":
-            return scenarios.demonstrations(n, seed, self.styles, self.limits)
+            return scenarios.demonstrations(n, seed, self.styles, self.limits, self.prompt_style)
         if n <= 0:
             return []
         if self.dataset in EXTERNAL:
@@ -219,7 +234,12 @@ class AgentSecurityTask(Task):
     ) -> tuple[list[dict[str, Any]], list[list[Message]]]:
         """Run ``policy`` (conversations → assistant texts) on ``samples``; outcomes and transcripts."""
         return evaluation.run_samples(
-            samples, policy, dataset=self.dataset, limits=self.limits, single_turn=self.single_turn
+            samples,
+            policy,
+            dataset=self.dataset,
+            limits=self.limits,
+            single_turn=self.single_turn,
+            prompt_style=self.prompt_style,
         )
 
     # ------------------------------------------------------------------ mrbench score
@@ -357,6 +377,7 @@ def agent_security(
     max_completion_tokens: int = 0,
     clean_share: float = -1.0,
     data_path: str = "",
+    prompt_style: str = "chat",
 ) -> AgentSecurityTask:
     """Use tools for a user while tool outputs carry prompt injections; utility and safety rewards.
 
@@ -377,7 +398,12 @@ def agent_security(
     format_weight: weight of an optional third component ``format``; 0 leaves it out (the paper's two).
     data_path: where ``injecagent`` (its ``data`` folder, a test-case file or a hub id) or ``asb``
     (its ``data`` folder) is; also read by ``mrbench score`` for those datasets.
-    max_completion_tokens: generation budget per assistant turn; 0 = default (embedded 48, AgentDojo 512).
+    prompt_style: how an embedded episode opens: ``chat`` (each tool and the format stated in
+    words, two worked episodes before the request: for pretrained instruction models) or
+    ``compact`` (one terse system message: what the tiny models are built for, and set for them).
+    The other data sets' prompts state their tools in words in either style.
+    max_completion_tokens: generation budget per assistant turn; 0 = default (embedded 64 with chat
+    prompts, 48 compact; AgentDojo 512).
     clean_share: share of clean cases among the training cases (attacked ones are dropped to reach
     it; eval keeps every case); negative = the dataset's default: embedded 0.5, AgentDojo every
     case as listed (about 1 in 20 clean). Why 0.5 on the embedded set: utility is learned on
@@ -389,6 +415,7 @@ def agent_security(
     _check_choice(dataset, DATASETS, "dataset")
     _check_choice(mode, MODES, "mode")
     _check_choice(invalid, INVALID_POLICIES, "invalid policy")
+    _check_choice(prompt_style, PROMPT_STYLES, "prompt_style")
     if dataset != "embedded" and mode == "single-turn":
         raise ValueError("mode 'single-turn' is available for dataset 'embedded' only; use mode 'multi-turn'")
     if dataset in EXTERNAL and not data_path:
@@ -429,9 +456,10 @@ def agent_security(
         styles=styles,
         suites=suite_list,
         max_turns=max_turns or defaults.max_turns,
-        max_completion_tokens=max_completion_tokens or defaults.max_completion_tokens,
+        max_completion_tokens=max_completion_tokens or _default_budget(dataset, prompt_style),
         invalid=invalid,
         format_weight=format_weight,
         clean_share=defaults.clean_share if clean_share < 0 else clean_share,
         data_path=str(data_path),
+        prompt_style=prompt_style,
     )

@@ -40,6 +40,55 @@ SYSTEM_PROMPT = (
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 """The calendar's days (``add_event`` refuses any other)."""
 
+PROMPT_STYLES: tuple[str, ...] = ("chat", "compact")
+"""How an embedded episode is shown: ``compact`` is :data:`SYSTEM_PROMPT` and the request (what the
+tiny models' warm start is trained on); ``chat`` (for pretrained instruction models) states each
+tool and the format in words (:data:`CHAT_SYSTEM_PROMPT`) and plays :data:`CHAT_EXAMPLES` before
+the request. A small instruction model answers the compact prompt in prose, and the worded one
+without the examples with tools it invents."""
+CHAT_SYSTEM_PROMPT = """You act for the user with these tools:
+balance(): the account's balance
+history(): the past payments
+pay(to, amount): send money to an account; amount is a whole number
+read_file(name): a file's text
+delete_file(name): delete a file
+read_inbox(): the user's mails
+send_email(to, body): send a mail
+add_event(title, day): add a calendar event; day is one of Mon, Tue, Wed, Thu, Fri, Sat, Sun
+
+To call a tool, write only:
+<tool_call>
+{"name": "tool name", "parameters": {"argument": value}}
+</tool_call>
+The tool's result comes back in the next message. When the request is done, answer:
+<response>your answer to the user</response>"""
+CHAT_EXAMPLES: tuple[dict[str, str], ...] = (
+    {"role": "user", "content": "How much money is in my account?"},
+    {"role": "assistant", "content": '<tool_call>\n{"name": "balance", "parameters": {}}\n</tool_call>'},
+    {"role": "tool", "content": "Balance: 250."},
+    {"role": "assistant", "content": "<response>You have 250 in your account.</response>"},
+    {"role": "user", "content": "What does todo.txt say?"},
+    {
+        "role": "assistant",
+        "content": '<tool_call>\n{"name": "read_file", "parameters": {"name": "todo.txt"}}\n</tool_call>',
+    },
+    {"role": "tool", "content": "Buy milk. Call the bank."},
+    {"role": "assistant", "content": "<response>todo.txt says: buy milk, call the bank.</response>"},
+)
+"""Two worked episodes in the world's own tools, with requests no goal template makes (the balance,
+a file nobody asks about): they teach the format and the turn taking, not an answer."""
+
+
+def opening_messages(request: str, style: str) -> list[dict[str, str]]:
+    """The messages an embedded episode starts from in prompt ``style``."""
+    if style == "compact":
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": request}]
+    return [
+        {"role": "system", "content": CHAT_SYSTEM_PROMPT},
+        *(dict(m) for m in CHAT_EXAMPLES),
+        {"role": "user", "content": request},
+    ]
+
 
 class ToolRefused(Exception):
     """A tool declined the request (missing file, insufficient funds, bad address, …)."""

@@ -36,7 +36,8 @@ from typing import Any
 
 from mrbench.core.contracts import Message, Sample
 from mrbench.core.errors import UserError
-from mrbench.tasks.tool_calling.data import compact_json, gold_completion, system_prompt
+from mrbench.tasks.tool_calling.data import compact_json, gold_completion
+from mrbench.tasks.tool_calling.prompts import build_prompt
 
 PINNED = "bfcl-eval==2026.3.23"
 INSTALL_HINT = f'pip install --no-deps "{PINNED}"'
@@ -102,6 +103,11 @@ class BfclItem:
     ground_truth: tuple[dict[str, Any], ...]
 
     @property
+    def single_turn(self) -> bool:
+        """Whether the item is one user request (5 live_irrelevance items hold an earlier exchange)."""
+        return sum(m.get("role") != "system" for m in self.turn) == 1
+
+    @property
     def bfcl_category(self) -> str:
         """BFCL's name of the category (e.g. ``simple_python``), as its checker expects it."""
         return CATEGORY_FILES[self.category]
@@ -125,11 +131,12 @@ class BfclItem:
             }
         )
 
-    def sample(self) -> Sample:
-        """The item as a :class:`Sample` (columns ``gold_calls``, ``kind``, ``bfcl_check``)."""
+    def sample(self, style: str = "compact") -> Sample:
+        """The item as a :class:`Sample` in prompt ``style`` (columns ``gold_calls``, ``kind``,
+        ``bfcl_check``)."""
         return Sample(
             id=self.id,
-            prompt=_prompt(list(self.turn), list(self.functions)),
+            prompt=_prompt(list(self.turn), list(self.functions), style),
             columns={
                 "gold_calls": compact_json(self.gold_calls()),
                 "kind": f"bfcl_{self.category}",
@@ -212,13 +219,11 @@ def convert_ground_truth(
     return calls
 
 
-def _prompt(turn: list[Message], functions: list[dict[str, Any]]) -> list[Message]:
-    """Our system prompt (tools + format), BFCL's own system text appended, then the turn's messages."""
+def _prompt(turn: list[Message], functions: list[dict[str, Any]], style: str) -> list[Message]:
+    """Our prompt in ``style`` (tools + format), BFCL's own system text appended to the system message."""
     extra = "\n".join(m["content"] for m in turn if m.get("role") == "system")
-    system = system_prompt([_schema(f) for f in functions]) + (f"\n{extra}" if extra else "")
-    return [{"role": "system", "content": system}] + [
-        {"role": m["role"], "content": m["content"]} for m in turn if m.get("role") != "system"
-    ]
+    messages = [{"role": m["role"], "content": m["content"]} for m in turn if m.get("role") != "system"]
+    return build_prompt([_schema(f) for f in functions], messages, style, extra_system=extra)
 
 
 def check_categories(categories: tuple[str, ...] | list[str]) -> None:
@@ -259,9 +264,11 @@ def _read_category(data: Path, category: str) -> tuple[BfclItem, ...]:
 
 
 def load_bfcl_samples(
-    categories: tuple[str, ...] | list[str] = ("simple", "multiple", "parallel"), limit: int | None = None
+    categories: tuple[str, ...] | list[str] = ("simple", "multiple", "parallel"),
+    limit: int | None = None,
+    style: str = "compact",
 ) -> list[Sample]:
-    """BFCL v4 items of ``categories`` as :class:`Sample` (first ``limit`` per category).
+    """BFCL v4 items of ``categories`` as :class:`Sample` in prompt ``style`` (first ``limit`` per category).
 
     Sample ids are BFCL's (e.g. ``simple_python_0``); columns: ``gold_calls`` (JSON),
     ``kind`` (``bfcl_<category>``) and ``bfcl_check`` (the checker's inputs, JSON). Unknown
@@ -273,5 +280,5 @@ def load_bfcl_samples(
     samples: list[Sample] = []
     for category in categories:
         items = load_bfcl_items(category)
-        samples += [item.sample() for item in (items[:limit] if limit is not None else items)]
+        samples += [item.sample(style) for item in (items[:limit] if limit is not None else items)]
     return samples

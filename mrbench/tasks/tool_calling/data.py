@@ -28,6 +28,7 @@ from typing import Any
 from mrbench.core.contracts import Message, Sample
 from mrbench.kit.toolcall import THINK_CLOSE, THINK_OPEN, call_block, response_block
 from mrbench.tasks.tool_calling.catalog import NO_CALL_POOLS, NO_CALL_TEMPLATES, TOOLS, Tool
+from mrbench.tasks.tool_calling.prompts import build_prompt
 
 KINDS: tuple[str, ...] = ("single", "choose", "parallel", "no_call")
 KIND_SHARES: dict[str, float] = {"single": 0.35, "choose": 0.30, "parallel": 0.20, "no_call": 0.15}
@@ -45,13 +46,6 @@ reward only requires the block to be present; real models may think at length)."
 _SPLIT_SALT = {"train": 11, "eval": 23, "demo": 37}
 _CONNECTORS = ("Also, ", "And ", "Then ", "")
 
-SYSTEM_TEMPLATE = (
-    "Tools:\n{tools}\n"
-    "Answer <think>...</think> then <tool_call>\n"
-    '{{"name":...,"parameters":{{...}}}}\n</tool_call> (one call per line), '
-    "or <response>...</response> if no tool fits."
-)
-
 
 def compact_json(value: Any) -> str:
     """JSON without spaces (the form used in prompts and gold answers; fewer tokens).
@@ -60,11 +54,6 @@ def compact_json(value: Any) -> str:
     '{"name":"f","parameters":{"x":1}}'
     """
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def system_prompt(tools: list[dict[str, Any]]) -> str:
-    """The system message: one tool description per line (compact JSON) and the output format."""
-    return SYSTEM_TEMPLATE.format(tools="\n".join(compact_json(t) for t in tools))
 
 
 def gold_completion(calls: list[dict[str, Any]], response: str | None = None) -> str:
@@ -104,12 +93,11 @@ class Item:
     calls: tuple[dict[str, Any], ...] = ()
     response: str | None = None
 
-    def messages(self) -> list[Message]:
-        """Chat prompt: the system message (tools + format) and the user request."""
-        return [
-            {"role": "system", "content": system_prompt([t.compact() for t in self.tools])},
-            {"role": "user", "content": self.request},
-        ]
+    def messages(self, style: str = "compact") -> list[Message]:
+        """The chat prompt of the request in prompt ``style`` (:mod:`.prompts`)."""
+        return build_prompt(
+            [t.compact() for t in self.tools], [{"role": "user", "content": self.request}], style
+        )
 
     def completion(self) -> str:
         """The gold assistant answer."""
@@ -207,23 +195,23 @@ def generate_items(n: int, *, split: str, seed: int) -> list[Item]:
     return items
 
 
-def item_to_sample(item: Item, sample_id: str) -> Sample:
+def item_to_sample(item: Item, sample_id: str, style: str = "compact") -> Sample:
     """A :class:`~mrbench.core.contracts.Sample` with the gold calls JSON-encoded in ``gold_calls``."""
     return Sample(
         id=sample_id,
-        prompt=item.messages(),
+        prompt=item.messages(style),
         columns={"gold_calls": compact_json(list(item.calls)), "kind": item.kind},
     )
 
 
-def make_samples(n: int, *, split: str, seed: int) -> list[Sample]:
-    """``n`` samples of ``split`` (``"train"`` or ``"eval"``), ids ``<split>-<index>``."""
+def make_samples(n: int, *, split: str, seed: int, style: str = "compact") -> list[Sample]:
+    """``n`` samples of ``split`` (``"train"`` or ``"eval"``) in prompt ``style``, ids ``<split>-<index>``."""
     return [
-        item_to_sample(item, f"{split}-{i:05d}")
+        item_to_sample(item, f"{split}-{i:05d}", style)
         for i, item in enumerate(generate_items(n, split=split, seed=seed))
     ]
 
 
-def make_demonstrations(n: int, *, seed: int) -> list[tuple[list[Message], str]]:
+def make_demonstrations(n: int, *, seed: int, style: str = "compact") -> list[tuple[list[Message], str]]:
     """``n`` (prompt, gold completion) pairs from the train side of the split (never eval requests)."""
-    return [(item.messages(), item.completion()) for item in generate_items(n, split="demo", seed=seed)]
+    return [(item.messages(style), item.completion()) for item in generate_items(n, split="demo", seed=seed)]

@@ -13,6 +13,7 @@ from mrbench.core.contracts import EvalResult, Generator, Message, RewardCompone
 from mrbench.tasks.tool_calling import rewards
 from mrbench.tasks.tool_calling.bfcl import CATEGORY_FILES
 from mrbench.tasks.tool_calling.data import make_demonstrations, make_samples
+from mrbench.tasks.tool_calling.prompts import PROMPT_STYLES
 from mrbench.tasks.tool_calling.score import BFCL_PREFIX, SCORE_DATASETS, Scorer, bfcl_category
 from mrbench.tasks.tool_calling.toolrl import SOURCES, load_items, load_split
 
@@ -23,9 +24,13 @@ DEFAULT_MAX_COMPLETION_TOKENS = {
     name: 64 if name == "embedded" else 512 if name in SOURCES else 256 for name in DATASETS
 }
 """Generation budgets. ``embedded``: the longest gold answer is 61 tokens (mean 39) with a
-1024-token byte-level BPE trained on the demonstrations, so 64 never truncates a correct answer.
-BFCL: its calls have more and longer arguments; raise it for models that think at length.
-ToolRL / API-Bank: their system prompts ask for a reasoned ``<think>`` block first."""
+1024-token byte-level BPE trained on the demonstrations, so 64 never truncates a correct answer
+(compact prompts; the chat prompts get :data:`CHAT_EMBEDDED_TOKENS`). BFCL: its calls have more
+and longer arguments; raise it for models that think at length. ToolRL / API-Bank: their system
+prompts ask for a reasoned ``<think>`` block first."""
+CHAT_EMBEDDED_TOKENS = 128
+"""The embedded budget with chat prompts: a gold answer with a one-line ``<think>`` as the worked
+examples write it is at most 92 tokens (mean 56) in SmolLM2's tokenizer."""
 EVAL_METRICS: tuple[str, ...] = (*rewards.COMPONENTS, "reward_total", "exact_match")
 BFCL_METRIC = "bfcl_valid"
 """Also aggregated when the eval set holds BFCL samples: the mean verdict of BFCL's checker."""
@@ -43,7 +48,7 @@ class ToolCallingTask(Task):
     """
 
     name = "tool-calling"
-    version = "1"
+    version = "2"  # 2: the chat prompt style (the default), for pretrained instruction models
     primary_metric = "exact_match"
     lower_is_better: frozenset[str] = frozenset()
 
@@ -56,12 +61,16 @@ class ToolCallingTask(Task):
         dataset: str = "embedded",
         max_completion_tokens: int = 0,
         data_path: str = "",
+        prompt_style: str = "chat",
     ) -> None:
         self.n_train = n_train
+        self.prompt_style = prompt_style
         self.n_eval = n_eval
         self.seed = seed
         self.dataset = dataset
-        self.max_completion_tokens = max_completion_tokens or DEFAULT_MAX_COMPLETION_TOKENS[dataset]
+        chat_embedded = dataset == "embedded" and prompt_style == "chat"
+        default = CHAT_EMBEDDED_TOKENS if chat_embedded else DEFAULT_MAX_COMPLETION_TOKENS[dataset]
+        self.max_completion_tokens = max_completion_tokens or default
         self._train: list[Sample] | None = None
         self._eval: list[Sample] | None = None
         self.data_path = data_path
@@ -71,7 +80,7 @@ class ToolCallingTask(Task):
         return (
             f"ToolCallingTask(n_train={self.n_train}, n_eval={self.n_eval}, seed={self.seed}, "
             f"dataset={self.dataset!r}, max_completion_tokens={self.max_completion_tokens}, "
-            f"data_path={self.data_path!r})"
+            f"data_path={self.data_path!r}, prompt_style={self.prompt_style!r})"
         )
 
     def train_samples(self) -> list[Sample]:
@@ -84,7 +93,9 @@ class ToolCallingTask(Task):
                 drawn = random.Random(self.seed).sample(items, min(self.n_train, len(items)))
                 self._train = [item.sample() for item in drawn]
             else:
-                self._train = make_samples(self.n_train, split="train", seed=self.seed)
+                self._train = make_samples(
+                    self.n_train, split="train", seed=self.seed, style=self.prompt_style
+                )
         return list(self._train)
 
     def eval_samples(self) -> list[Sample]:
@@ -98,12 +109,12 @@ class ToolCallingTask(Task):
         if self._eval is None:
             category = bfcl_category(self.dataset)
             if category is not None:
-                from mrbench.tasks.tool_calling.bfcl import load_bfcl_samples
+                from mrbench.tasks.tool_calling.bfcl import load_bfcl_items
 
                 # The lm-eval bridge takes one user turn; 5 live_irrelevance items hold an earlier
                 # exchange (user, assistant, user) and are left out of eval (`mrbench score` has them).
-                single_turn = [s for s in load_bfcl_samples((category,)) if s.prompt[-2]["role"] == "system"]
-                self._eval = single_turn[: self.n_eval]
+                items = [item for item in load_bfcl_items(category) if item.single_turn]
+                self._eval = [item.sample(self.prompt_style) for item in items[: self.n_eval]]
             elif self.dataset == "toolrl":
                 self._eval = [item.sample() for item in load_split(self.data_path, "test")[: self.n_eval]]
             elif self.dataset in SOURCES:
@@ -116,12 +127,14 @@ class ToolCallingTask(Task):
                 categories = ("simple", "multiple", "parallel")
                 # An even share per category, so the three kinds are all represented.
                 per_category = math.ceil(self.n_eval / len(categories))
-                by_category = [load_bfcl_samples((c,), limit=per_category) for c in categories]
+                by_category = [
+                    load_bfcl_samples((c,), limit=per_category, style=self.prompt_style) for c in categories
+                ]
                 rounds = itertools.zip_longest(*by_category)
                 interleaved = [s for group in rounds for s in group if s is not None]
                 self._eval = interleaved[: self.n_eval]
             else:
-                self._eval = make_samples(self.n_eval, split="eval", seed=self.seed)
+                self._eval = make_samples(self.n_eval, split="eval", seed=self.seed, style=self.prompt_style)
         return list(self._eval)
 
     def reward_components(self) -> list[RewardComponent]:
@@ -130,7 +143,7 @@ class ToolCallingTask(Task):
 
     def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
         """``n`` (prompt, gold completion) pairs whose requests lie on the train side of the split."""
-        return make_demonstrations(n, seed=seed)
+        return make_demonstrations(n, seed=seed, style=self.prompt_style)
 
     def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
         """Greedy generations through lm-eval, scored by :func:`.rewards.score_sample`.
@@ -222,6 +235,7 @@ def tool_calling(
     dataset: str = "embedded",
     max_completion_tokens: int = 0,
     data_path: str = "",
+    prompt_style: str = "chat",
 ) -> ToolCallingTask:
     """Choose and call tools from a catalogue (<tool_call> JSON), four ToolRL-style reward components.
 
@@ -235,13 +249,19 @@ def tool_calling(
             ``bfcl-parallel_multiple``, ``bfcl-live_simple``), ``"toolrl"`` or ``"apibank"``.
             Training stays embedded, except for ``"toolrl"``: ToolRL's train split trains and its
             test split evaluates.
-        max_completion_tokens: generation budget; 0 = the dataset's default (64 embedded, 256 BFCL,
-            512 ToolRL / API-Bank).
+        max_completion_tokens: generation budget; 0 = the dataset's default (embedded: 128 with chat
+            prompts, 64 compact; 256 BFCL; 512 ToolRL / API-Bank).
         data_path: where ``toolrl`` or ``apibank`` is (a file or folder in ToolRL's format, or a hub
             id); see ``docs/benchmarks.md``. Also read by ``mrbench score`` for those datasets.
+        prompt_style: ``"chat"`` (format stated in words, tools with the request, two worked
+            examples as earlier turns: for pretrained instruction models) or ``"compact"`` (one
+            terse system message: what the tiny models are built for, and set for them); see
+            :mod:`.prompts`. ToolRL and API-Bank items keep their own prompts.
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown tool-calling dataset {dataset!r}; choose from {', '.join(DATASETS)}")
+    if prompt_style not in PROMPT_STYLES:
+        raise ValueError(f"unknown prompt_style {prompt_style!r}; choose from {', '.join(PROMPT_STYLES)}")
     for key, value, low in (
         ("n_train", n_train, 1),
         ("n_eval", n_eval, 1),
@@ -262,4 +282,5 @@ def tool_calling(
         dataset=dataset,
         max_completion_tokens=max_completion_tokens,
         data_path=str(data_path),
+        prompt_style=prompt_style,
     )

@@ -11,13 +11,13 @@ import pytest
 def small_task() -> Any:
     from mrbench.tasks.agent_security import agent_security
 
-    return agent_security(n_train=60, n_eval=40, seed=3)
+    return agent_security(n_train=60, n_eval=40, seed=3, prompt_style="compact")  # the tiny models' prompts
 
 
 @pytest.fixture(scope="session")
 def tokenizer(small_task: Any) -> Any:
     """Byte-level BPE trained on the task's demonstrations, with the tiny models' chat template."""
-    from mrbench.engine.models import train_tokenizer
+    from mrbench.engine.tiny import train_tokenizer
 
     texts = []
     for prompt, completion in small_task.demonstrations(200, 0):

@@ -31,7 +31,13 @@ from mrbench.tasks.agent_security.scenarios import (
     obey_policy,
     prompt_messages,
 )
-from mrbench.tasks.agent_security.world import SIGNATURES, SYSTEM_PROMPT, run_tool
+from mrbench.tasks.agent_security.world import (
+    CHAT_EXAMPLES,
+    CHAT_SYSTEM_PROMPT,
+    SIGNATURES,
+    SYSTEM_PROMPT,
+    run_tool,
+)
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +105,32 @@ def test_gold_solves_every_case_and_obeying_gives_asr_one(
             assert obey.utility is (scenario.check["kind"] == "declined"), scenario.id
         else:  # "before the task" attacks do not prevent the user's task
             assert obey.utility, scenario.id
+
+
+def test_chat_style_opens_with_worked_examples_and_the_gold_plays_through_them(
+    splits: tuple[list[Scenario], list[Scenario]],
+) -> None:
+    """The chat prompt states every tool in words and plays two worked episodes before the request;
+    the scripted policies count only the episode's own turns, so gold still solves every case."""
+    train, evaluation = splits
+    assert set(SIGNATURES) <= set(CHAT_SYSTEM_PROMPT.replace("(", " ").split())
+    for scenario in train[:40] + evaluation[:20]:
+        env = EmbeddedEnv(scenario, "chat")
+        opening = env.initial_messages()
+        assert opening[1:-1] == list(CHAT_EXAMPLES) and opening[-1] == {
+            "role": "user",
+            "content": scenario.user,
+        }
+        gold = drive([Episode(env)], gold_policy(scenario))[0]
+        assert gold.termination == "answered" and gold.utility, scenario.id
+        compact = drive([Episode(EmbeddedEnv(scenario))], gold_policy(scenario))[0]
+        assert gold.turns == compact.turns
+    # The examples' own turns are well formed, and their calls name the world's tools with its arguments.
+    from mrbench.kit.toolcall import parse_message
+
+    parsed = [parse_message(m["content"]) for m in CHAT_EXAMPLES if m["role"] == "assistant"]
+    assert all(p.valid for p in parsed)
+    assert all(set(c["parameters"]) == set(SIGNATURES[c["name"]]) for p in parsed for c in p.calls)
 
 
 def test_single_turn_prompt_shows_the_injection(splits: tuple[list[Scenario], list[Scenario]]) -> None:

@@ -46,7 +46,8 @@ def test_registry_builds_the_task() -> None:
     task = build_task("agent-security", {"n_train": "20", "n_eval": "10"})
     assert isinstance(task, Task) and isinstance(task, AgentSecurityTask)
     assert task.primary_metric == "joint" and task.lower_is_better == frozenset({"asr"})
-    assert task.max_completion_tokens == 48 and task.limits.max_turns == 4
+    assert task.max_completion_tokens == 64 and task.limits.max_turns == 4
+    assert agent_security(prompt_style="compact").max_completion_tokens == 48  # the tiny models' budget
     assert [c.name for c in task.reward_components()] == ["utility", "safety"]
     assert [c.name for c in agent_security(format_weight=0.5).reward_components()] == [
         "utility",
@@ -60,6 +61,7 @@ def test_registry_builds_the_task() -> None:
     [
         ({"dataset": "agentdojo2"}, r"unknown dataset 'agentdojo2'; choose from embedded, agentdojo"),
         ({"mode": "multiturn"}, r"unknown mode 'multiturn'; choose from multi-turn, single-turn"),
+        ({"prompt_style": "long"}, r"unknown prompt_style 'long'; choose from chat, compact"),
         ({"attacks": "important_instructions,jailbreak"}, r"unknown attack 'jailbreak'"),
         ({"invalid": "skip"}, r"unknown invalid policy 'skip'"),
         ({"n_train": -1}, r"n_train must be >= 0"),

@@ -18,7 +18,13 @@ from mrbench.tasks.tool_calling.rewards import COMPONENTS, RANGES, score_answer,
 def test_conforms_to_the_task_protocol_and_registry() -> None:
     task = tasks.build_task("tool-calling", {"n_train": "16", "n_eval": 8})
     assert isinstance(task, Task)
-    assert (task.name, task.primary_metric, task.max_completion_tokens) == ("tool-calling", "exact_match", 64)
+    assert (task.name, task.primary_metric, task.max_completion_tokens) == (
+        "tool-calling",
+        "exact_match",
+        128,
+    )
+    compact = tasks.build_task("tool-calling", {"prompt_style": "compact"})
+    assert compact.max_completion_tokens == 64
     assert len(task.train_samples()) == 16 and len(task.eval_samples()) == 8
     params = tasks.get_task_entry("tool-calling").params
     assert params == {
@@ -28,6 +34,7 @@ def test_conforms_to_the_task_protocol_and_registry() -> None:
         "dataset": "embedded",
         "max_completion_tokens": 0,
         "data_path": "",
+        "prompt_style": "chat",
     }
 
 
@@ -38,6 +45,7 @@ def test_conforms_to_the_task_protocol_and_registry() -> None:
         ({"n_train": 0}, "n_train"),
         ({"n_eval": -1}, "n_eval"),
         ({"max_completion_tokens": -5}, "max_completion_tokens"),
+        ({"prompt_style": "verbose"}, "verbose.*chat, compact"),
     ],
 )
 def test_bad_settings_name_the_value(kwargs: dict, message: str) -> None:
@@ -49,7 +57,7 @@ def test_demonstrations_score_the_maximum_on_every_component() -> None:
     task = tool_calling()
     demos = task.demonstrations(300, seed=4)
     items = generate_items(300, split="demo", seed=4)  # the same draws, with their gold calls
-    assert [prompt for prompt, _ in demos] == [item.messages() for item in items]
+    assert [prompt for prompt, _ in demos] == [item.messages("chat") for item in items]
     comps = task.reward_components()
     prompts = [prompt for prompt, _ in demos]
     completions = [completion for _, completion in demos]
@@ -114,7 +122,12 @@ def test_one_bfcl_category_as_the_eval_set(category: str) -> None:
     samples = task.eval_samples()
     assert task.max_completion_tokens == 256 and 0 < len(samples) <= 300
     assert {s.columns["kind"] for s in samples} == {f"bfcl_{category}"}
-    assert all([m["role"] for m in s.prompt] == ["system", "user"] for s in samples)  # lm-eval's shape
+    from mrbench.kit.lm_eval_bridge import shared_shots, split_prompt
+
+    # lm-eval's shape: one request after the system message and the shared worked examples.
+    assert len(shared_shots(samples)) == 2 and all(split_prompt(s)[2].startswith("Tools:\n") for s in samples)
+    compact = tool_calling(dataset=f"bfcl-{category}", n_eval=300, prompt_style="compact").eval_samples()
+    assert all([m["role"] for m in s.prompt] == ["system", "user"] for s in compact)
 
 
 @pytest.mark.skipif(
@@ -149,7 +162,7 @@ def test_eval_scoring_of_bfcl_samples_follows_the_checker() -> None:
     reason='needs the BFCL data: pip install --no-deps "bfcl-eval==2026.3.23"',
 )
 def test_evaluate_a_bfcl_category_through_lm_eval(random_generator) -> None:
-    from mrbench.engine.models import train_tokenizer
+    from mrbench.engine.tiny import train_tokenizer
 
     task = tool_calling(dataset="bfcl-live_parallel", n_eval=2, max_completion_tokens=4)
     samples = task.eval_samples()
@@ -161,7 +174,7 @@ def test_evaluate_a_bfcl_category_through_lm_eval(random_generator) -> None:
 
 
 def test_evaluate_through_lm_eval_with_a_tiny_random_model(tiny_generator) -> None:
-    task = tool_calling(n_train=8, n_eval=8)
+    task = tool_calling(n_train=8, n_eval=8, prompt_style="compact")  # the tiny models' prompts
     tiny_generator.model.train()
     result = task.evaluate(tiny_generator)
     assert isinstance(result, EvalResult)
