@@ -78,7 +78,7 @@ def main() -> int:
         sys.exit("--checkpoint-every must leave checkpoints to resume from")
     tmp = Path(tempfile.mkdtemp(prefix="mrbench-bench-resume-"))
     model_dir = tmp / "model"
-    from mrbench.engine.models import build_tiny_model
+    from mrbench.engine.tiny import build_tiny_model
 
     build_tiny_model(MICRO, model_dir, micro_demos(), seed=0)
     print(f"micro cell, {args.steps} steps, a training checkpoint every {every}")

@@ -1,7 +1,7 @@
 """GPU smoke test and throughput comparison: mrbench's cell path vs plain TRL, no hub needed.
 
 Builds a randomly initialised Qwen2-shaped model of about 100 M parameters here (a byte-level BPE
-tokenizer trained on the task's demonstrations, :func:`mrbench.engine.models.train_tokenizer`),
+tokenizer trained on the task's demonstrations, :func:`mrbench.engine.tiny.train_tokenizer`),
 then trains it for ``--steps`` GRPO steps
 
 - once per method through mrbench's cell path (:func:`mrbench.engine.runner.run_cell`: evaluation
@@ -57,7 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_model(out: Path, task_name: str, tiny: bool) -> tuple[str, int]:
     """Save a random Qwen2-shaped model and its tokenizer to ``out``; return (path, parameters)."""
-    from mrbench.engine.models import TinyPreset, load_tokenizer, train_tokenizer, untrained_model
+    from mrbench.engine.models import load_tokenizer
+    from mrbench.engine.tiny import TinyPreset, train_tokenizer, untrained_model
     from mrbench.tasks import build_task
 
     task = build_task(task_name)

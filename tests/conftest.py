@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mrbench.engine.models import TinyPreset, build_tiny_model
+from mrbench.engine.tiny import TinyPreset, build_tiny_model
 
 # Tests keep their network traffic on loopback. A local Ray (2.60) otherwise binds the machine's
 # network address; this switch, read once when Ray is imported, keeps it on 127.0.0.1. The opt-in

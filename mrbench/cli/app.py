@@ -48,6 +48,7 @@ COMMAND_MODULES = (
     "mrbench.cli.commands.ui",
     "mrbench.cli.commands.simulate",
     "mrbench.cli.commands.eval",
+    "mrbench.cli.commands.export",
 )
 
 for _name in COMMAND_MODULES:

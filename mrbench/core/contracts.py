@@ -134,7 +134,7 @@ class Task(ABC):
     before the caller's own overrides (``mrbench.engine.config.resolve_spec``); read-only."""
     demos_keep_final_line: ClassVar[bool] = False
     """Keep every demonstration whole in the tiny models' warm start instead of leaving out the
-    final line of some (``mrbench.engine.models.collect_demonstrations``): for multi-turn tasks,
+    final line of some (``mrbench.engine.tiny.collect_demonstrations``): for multi-turn tasks,
     where a flaw per turn would compound over an episode."""
 
     # -- required ----------------------------------------------------------------------------

@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.engine.pretrained import MODEL_MARKER
 from mrbench.engine.tracking import STORE_DB, results_dir
 
 SAVE_MODES = "none | final | every:N"
@@ -169,11 +171,13 @@ def _reroot_record(record: dict[str, Any], old: Path, new: Path) -> None:
             params[layout.PARAM_CHECKPOINT_DIR] = moved(params[layout.PARAM_CHECKPOINT_DIR])
 
 
-def save_policy(trainer: Any, folder: Path) -> Path:
+def save_policy(trainer: Any, folder: Path, *, task_settings: Mapping[str, Any] | None = None) -> Path:
     """Save ``trainer``'s model and tokenizer (``Trainer.save_model``) as ``folder``, replacing it whole.
 
     Written next to it first and then moved into place, so ``folder`` always holds one complete
-    checkpoint (the earlier one until the new one is complete).
+    checkpoint (the earlier one until the new one is complete). ``task_settings``: the task settings
+    the model was built for (:func:`mrbench.engine.models.model_task_settings`), kept in the
+    folder's ``mrbench_model.json`` so that evaluating the checkpoint later uses them too.
     """
     partial = folder.with_name(folder.name + ".partial")
     if not getattr(trainer, "is_world_process_zero", lambda: True)():
@@ -184,6 +188,8 @@ def save_policy(trainer: Any, folder: Path) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(partial, ignore_errors=True)
     trainer.save_model(str(partial))
+    if task_settings:
+        (partial / MODEL_MARKER).write_text(json.dumps({"task_settings": dict(task_settings)}, indent=2))
     old = folder.with_name(folder.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():

@@ -166,11 +166,15 @@ def resolve_spec(
     """
     import mrbench.methods as methods
     import mrbench.tasks as tasks
-    from mrbench.engine.models import validate_model_name
+    from mrbench.engine.models import task_settings_for, validate_model_name
 
     # Unknown names and parameters raise RegistryError (a UserError) naming them.
     resolved_method = methods.get_method(method).resolve_params(method_params)
-    resolved_task = tasks.get_task_entry(task).resolve_params(task_params)
+    entry = tasks.get_task_entry(task)
+    # The settings the model was built for (the tiny models' compact prompts) under the caller's.
+    resolved_task = entry.resolve_params(
+        task_settings_for(model, dict(task_params or {}), list(entry.params))
+    )
     # Values too (n_eval=-1, an unknown attack style): building a task only checks its settings,
     # so a bad value stops here, before any store or run is touched.
     built = tasks.build_task(task, resolved_task)

@@ -224,11 +224,15 @@ def _set_once(overrides: dict[str, Any], key: str, value: Any, flag: str) -> Non
     overrides[key] = value
 
 
-def task_settings(spec: EvalSpec) -> tuple[str, dict[str, Any], str]:
+def task_settings(
+    spec: EvalSpec, model_settings: Mapping[str, Any] | None = None
+) -> tuple[str, dict[str, Any], str]:
     """``(task name, every setting of the task resolved, dataset name)`` for ``spec``.
 
-    :class:`UserError` for an unknown task, setting or dataset (listing the choices), a setting
-    given twice, or ``samples`` > 1 for a task that does not sample.
+    ``model_settings``: the task settings the model was built for
+    (:func:`mrbench.engine.models.model_task_settings`), under ``spec``'s own; those the task
+    does not have are left out. :class:`UserError` for an unknown task, setting or dataset (listing
+    the choices), a setting given twice, or ``samples`` > 1 for a task that does not sample.
     """
     from mrbench.tasks import get_task_entry
 
@@ -266,6 +270,9 @@ def task_settings(spec: EvalSpec) -> tuple[str, dict[str, Any], str]:
             f"sampled completions and pass@k apply to tasks with an {SAMPLES_SETTING!r} setting "
             "(code-generation)"
         )
+    for key, value in (model_settings or {}).items():
+        if key in defaults:
+            overrides.setdefault(key, value)
     resolved = entry.resolve_params(overrides)
     # code-generation's eval_dataset "" means its training dataset: name the data actually evaluated.
     dataset = resolved.get(target.setting) or resolved.get("dataset") or ""
@@ -287,11 +294,11 @@ def check_model_folder(folder: Path, value: str) -> None:
 
 def resolve_model(name: str, client: RetryingClient) -> ModelSource:
     """Where ``name`` (preset, hub id, folder or ``run:<id>``) loads from; :class:`UserError` if it cannot."""
-    from mrbench.engine.models import TINY_PRESETS, check_model_available
+    from mrbench.engine.models import check_model_available, is_preset
 
     if name.startswith(RUN_PREFIX):
         return _checkpoint_of(name, client)
-    if name not in TINY_PRESETS and Path(name).exists():  # a preset's name wins, as in prepare_model
+    if not is_preset(name) and Path(name).exists():  # a preset's name wins, as in prepare_model
         check_model_folder(Path(name), name)
     else:
         check_model_available(name)  # unknown names, and hub ids that cannot load, in seconds
@@ -346,16 +353,17 @@ def run_eval(
     """
     from transformers import set_seed
 
-    from mrbench.engine.models import prepare_model
+    from mrbench.engine.models import model_task_settings, prepare_model
     from mrbench.tasks import build_task
 
     started = time.perf_counter()
     if isinstance(spec.limit, bool) or spec.limit < 0:
         raise UserError(f"--limit must be >= 0 (0 = every eval sample), got {spec.limit!r}")
-    task_name, settings, dataset = task_settings(spec)
+    task_settings(spec)  # a bad task, setting or dataset fails before the store is touched
     check_tracking_reachable(tracking_uri)
     client = RetryingClient(tracking_uri, tracking_retry_s)
     source = resolve_model(spec.model, client)
+    task_name, settings, dataset = task_settings(spec, model_task_settings(source.path))
     task = build_task(task_name, settings)
     try:
         check_eval_data(task, dataset)
@@ -445,3 +453,34 @@ def check_eval_data(task: Task, dataset: str) -> None:
         raise
     except (RuntimeError, OSError, ImportError) as exc:  # what loaders raise when the data is unavailable
         raise UserError(f"task {task.name!r} cannot load its eval data {dataset!r}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- lm-eval export
+
+
+def export_lm_eval(spec: EvalSpec, directory: Path) -> Path:
+    """Write the evaluation ``spec`` describes (its task, settings, dataset and first ``limit``
+    samples, with the prompts ``spec.model`` was built for) as an lm-eval task folder; returns the
+    YAML. ``lm_eval --include_path DIRECTORY`` then runs the same greedy evaluation as
+    ``mrbench eval`` (the single-turn tasks; :class:`UserError` for a task lm-eval cannot run)."""
+    from mrbench.engine.models import model_task_settings
+    from mrbench.tasks import build_task
+
+    if isinstance(spec.limit, bool) or spec.limit < 0:
+        raise UserError(f"--limit must be >= 0 (0 = every eval sample), got {spec.limit!r}")
+    task_name, settings, dataset = task_settings(
+        spec, model_task_settings(spec.model) if spec.model else None
+    )
+    task = build_task(task_name, settings)
+    try:
+        export = getattr(task, "export_lm_eval", None)
+        if export is None:
+            raise UserError(
+                f"task {task_name!r} has no lm-eval export (its episodes are multi-turn: lm-eval runs "
+                "single-turn generation tasks); evaluate it with `mrbench eval`"
+            )
+        check_eval_data(task, dataset)
+        samples = task.eval_samples()
+        return Path(export(directory, samples[: spec.limit] if spec.limit else samples))
+    finally:
+        task.close()

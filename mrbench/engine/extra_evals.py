@@ -171,22 +171,27 @@ class _Evaluator:
 
     def __init__(self, task_params: Mapping[str, Mapping[str, Any]]) -> None:
         self.task_params = task_params
-        self.tasks: dict[tuple[str, str], tuple[Task, dict[str, Any], int]] = {}
+        self.tasks: dict[tuple[str, str, str], tuple[Task, dict[str, Any], int]] = {}
         self.before: dict[str, EvalResult] = {}
 
-    def task(self, task_name: str, dataset: str) -> tuple[Task, dict[str, Any], int]:
-        """The built task of an extra dataset, its resolved settings and ``n_sampled`` (pass@k)."""
+    def task(self, task_name: str, dataset: str, model: str) -> tuple[Task, dict[str, Any], int]:
+        """The built task of an extra dataset for cells of ``model`` (the task settings it was built
+        for, :func:`~mrbench.engine.models.model_task_settings`), its resolved settings and
+        ``n_sampled`` (pass@k)."""
+        from mrbench.engine.models import model_task_settings
         from mrbench.tasks import build_task
 
-        if (task_name, dataset) not in self.tasks:
+        if (task_name, dataset, model) not in self.tasks:
             spec = extra_eval_spec(task_name, dataset, self.task_params.get(task_name, {}))
-            name, settings, _ = task_settings(spec)
+            name, settings, _ = task_settings(spec, model_task_settings(model))
             task = build_task(name, settings)
-            self.tasks[(task_name, dataset)] = (task, settings, int(settings.get(SAMPLES_SETTING, 1)))
-        return self.tasks[(task_name, dataset)]
+            self.tasks[(task_name, dataset, model)] = (task, settings, int(settings.get(SAMPLES_SETTING, 1)))
+        return self.tasks[(task_name, dataset, model)]
 
-    def evaluate(self, model: Any, tokenizer: Any, task_name: str, dataset: str, limit: int) -> EvalResult:
-        task, _, n_sampled = self.task(task_name, dataset)
+    def evaluate(self, model: Any, tokenizer: Any, spec: Any, dataset: str) -> EvalResult:
+        """``model`` (a policy of cell ``spec``) on ``dataset`` of the cell's task, at its eval limit."""
+        task, _, n_sampled = self.task(spec.task, dataset, spec.model)
+        limit = spec.train.eval_limit
         result = evaluate_model(task, model, tokenizer, limit)
         return EvalResult(with_pass_at_k(result.metrics, result.samples, n_sampled), result.samples)
 
@@ -198,7 +203,7 @@ class _Evaluator:
         limit = spec.train.eval_limit
         out, todo = {}, []
         for dataset in datasets:
-            task, settings, _ = self.task(spec.task, dataset)
+            task, settings, _ = self.task(spec.task, dataset, spec.model)
             key = eval_cache.cache_key(path, spec.task, task.version, settings, limit)
             memo = json.dumps([spec.model, spec.task, dataset, limit, settings], sort_keys=True, default=str)
             cached = self.before.get(memo) or _from_cache(key)
@@ -209,7 +214,7 @@ class _Evaluator:
         if todo:
             model, tokenizer = load_policy(path, dtype=policy_dtype(spec.train.bf16))
             for dataset, key, memo in todo:
-                result = self.evaluate(model, tokenizer, spec.task, dataset, limit)
+                result = self.evaluate(model, tokenizer, spec, dataset)
                 eval_cache.write(key, dict(result.metrics), result.samples, run_id)
                 out[dataset] = self.before[memo] = result
             del model
@@ -277,7 +282,7 @@ def _evaluate_target(
         with tempfile.TemporaryDirectory(prefix="mrbench-extra-eval-") as spool:
             run_log = RunLog(client, target.run_id, Path(spool))
             for dataset in target.missing:
-                after = evaluator.evaluate(model, tokenizer, spec.task, dataset, spec.train.eval_limit)
+                after = evaluator.evaluate(model, tokenizer, spec, dataset)
                 run_log.metrics(
                     {
                         layout.extra_eval_before_metric(dataset, k): v
@@ -293,7 +298,7 @@ def _evaluate_target(
                 )
                 run_log.flush()
                 summary.evaluated.append((target.label, dataset))
-                primary = after.metrics.get(evaluator.task(spec.task, dataset)[0].primary_metric)
+                primary = after.metrics.get(evaluator.task(spec.task, dataset, spec.model)[0].primary_metric)
                 shown = f"{primary:.3f}" if isinstance(primary, float) else "-"
                 say(f"  {target.label} on {dataset}: {shown}")
     except KeyboardInterrupt:

@@ -1,4 +1,5 @@
-"""Greedy batched chat generation with a transformers model (a :class:`mrbench.core.contracts.Generator`)."""
+"""Batched chat generation with a transformers model (a :class:`mrbench.core.contracts.Generator`):
+greedy, as every evaluation generates, or sampled at a temperature (rollout probes)."""
 
 from __future__ import annotations
 
@@ -26,18 +27,20 @@ def require_vllm() -> None:
 
 
 class HFGenerator:
-    """Greedy completions for chat conversations; batches with left padding.
+    """Completions for chat conversations, greedy unless ``temperature`` > 0; batches with left padding.
 
-    ``model``/``tokenizer`` are exposed so that tasks can hand them to lm-eval's HFLM.
+    ``model``/``tokenizer`` are exposed so that tasks can hand them to lm-eval's HFLM (which
+    generates greedily whatever ``temperature`` says).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32, temperature: float = 0.0) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.temperature = temperature
 
     def __call__(self, conversations: Sequence[list[Message]], *, max_new_tokens: int) -> list[str]:
-        """One greedy assistant reply per conversation, in input order (special tokens stripped)."""
+        """One assistant reply per conversation, in input order (special tokens stripped)."""
         import torch
 
         tok = self.tokenizer
@@ -58,7 +61,11 @@ class HFGenerator:
                     out = self.model.generate(
                         **enc,
                         max_new_tokens=max_new_tokens,
-                        do_sample=False,
+                        **(
+                            {"do_sample": True, "temperature": self.temperature, "top_k": 0}
+                            if self.temperature > 0
+                            else {"do_sample": False}
+                        ),
                         pad_token_id=tok.pad_token_id,
                         eos_token_id=tok.eos_token_id,
                     )

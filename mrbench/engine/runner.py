@@ -271,7 +271,7 @@ def _run_cell(
     checkpoint_every: int | None,
 ) -> CellResult:
     import mrbench.methods as methods
-    from mrbench.engine.models import policy_dtype, prepare_model
+    from mrbench.engine.models import model_task_settings, policy_dtype, prepare_model
     from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
     experiment_id = ensure_experiment(experiment, client.tracking_uri, client=client)
@@ -350,7 +350,8 @@ def _run_cell(
 
         checkpoint = ""
         if save_mode.final:  # saved before anything else can fail: the trained policy is what costs
-            checkpoint = str(save_policy(trainer, folder.final))
+            built_for = model_task_settings(spec.model)
+            checkpoint = str(save_policy(trainer, folder.final, task_settings=built_for))
             run_log.params({layout.PARAM_CHECKPOINT_DIR: checkpoint})
             run_log.metrics({layout.CHECKPOINT_SIZE_MB: folder_size_mb(folder.final)}, steps)
 

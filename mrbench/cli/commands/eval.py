@@ -16,8 +16,8 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 "--model",
-                help="Tiny preset, Hugging Face id, local model folder, or run:<run id> (the checkpoint "
-                "a cell saved, in the same --tracking-uri store).",
+                help="A preset (tiny, tiny-s, tiny-m, tiny-l, smollm2-135m), Hugging Face id, local model "
+                "folder, or run:<run id> (the checkpoint a cell saved, in the same --tracking-uri store).",
             ),
         ],
         task: Annotated[
