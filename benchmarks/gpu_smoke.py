@@ -10,9 +10,13 @@ then trains it for ``--steps`` GRPO steps
   builds it) and one reward function: the weighted sum of the task's components,
 
 each without vLLM and, where vLLM is installed and a CUDA GPU is visible, with it (colocated).
-It prints, per run: training seconds, seconds per step, tokens per second (prompt and completion
-tokens TRL counted, over the training seconds) and peak GPU memory, then mrbench's tokens/s as a
-share of plain TRL's. Training time only: mrbench's evaluations are timed apart (``perf/eval_s``).
+Both get the same policy in the same precision (``--precision``, as a cell reads it: float32
+master weights, bfloat16 autocast under mixed precision), so the comparison measures mrbench's
+overhead, not a dtype. Each run is a process of its own: a colocated vLLM engine, and the peak
+memory, end with it. It prints, per run: training seconds, seconds per step, tokens per second
+(prompt and completion tokens TRL counted, over the training seconds) and peak GPU memory, then
+mrbench's tokens/s as a share of plain TRL's. Training time only: mrbench's evaluations are timed
+apart (``perf/eval_s``).
 
     python benchmarks/gpu_smoke.py                                  # GPU: ~100 M model, 20 steps
     python benchmarks/gpu_smoke.py --task agent-security            # the multi-turn rollout
@@ -29,6 +33,7 @@ import importlib.util
 import json
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--task", default="tool-calling")
     parser.add_argument("--vllm", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--out", type=Path, default=None, help="folder for the model and the MLflow store")
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    # One run of the table, in this process (what main() starts once per run):
+    parser.add_argument("--row", default=None, help=argparse.SUPPRESS)  # "plain" or a method
+    parser.add_argument("--row-vllm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--row-model", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--row-json", type=Path, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -101,6 +112,7 @@ def train_settings(args: argparse.Namespace, use_vllm: bool) -> dict[str, Any]:
         "learning_rate": 1e-5,
         "eval_limit": 4 if small else 16,
         "use_vllm": use_vllm,
+        "precision": args.precision,
     }
 
 
@@ -134,13 +146,15 @@ def run_mrbench(
     }
 
 
-def run_plain_trl(args: argparse.Namespace, model: str, use_vllm: bool) -> dict[str, Any]:
-    """Plain ``GRPOTrainer``: the config mrbench builds for a cell, one summed reward function."""
+def plain_trl_trainer(args: argparse.Namespace, model: str, use_vllm: bool, out_dir: str) -> tuple[Any, Any]:
+    """Plain ``GRPOTrainer`` as a cell would be set up, one summed reward function: the config
+    mrbench builds for the cell and its policy loaded as the cell loads it (float32, the master
+    weights under mixed precision). Returns ``(trainer, task)``; close the task when done."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
     from mrbench.engine.config import resolve_spec
-    from mrbench.engine.models import load_tokenizer
+    from mrbench.engine.evaluation import load_policy
     from mrbench.engine.runner import _grpo_config
     from mrbench.tasks import build_task
 
@@ -159,28 +173,34 @@ def run_plain_trl(args: argparse.Namespace, model: str, use_vllm: bool) -> dict[
         return total
 
     rows = [{"prompt": s.prompt, "sample_id": s.id, **s.columns} for s in task.train_samples()]
-    hooks = task.training_hooks()
-    try:
-        with tempfile.TemporaryDirectory(prefix="gpu-smoke-trl-") as out_dir:
-            config = _grpo_config(spec, task, out_dir, progress=False)
-            config.reward_weights = None  # one reward function: weight 1
-            if "rollout" in hooks:
-                # Plain TRL has no multi-turn rollout of its own: compare single-turn generation only.
-                print("plain TRL: the task's multi-turn rollout is mrbench's; TRL generates one turn")
-            trainer = GRPOTrainer(
-                model=model,
-                reward_funcs=[summed_reward],
-                args=config,
-                train_dataset=Dataset.from_list(rows),
-                processing_class=load_tokenizer(model),
-            )
+    config = _grpo_config(spec, task, out_dir, progress=False)
+    config.reward_weights = None  # one reward function: weight 1
+    if "rollout" in task.training_hooks():
+        # Plain TRL has no multi-turn rollout of its own: compare single-turn generation only.
+        print("plain TRL: the task's multi-turn rollout is mrbench's; TRL generates one turn")
+    policy, tokenizer = load_policy(model, dtype="float32")  # as run_cell loads it
+    trainer = GRPOTrainer(
+        model=policy,
+        reward_funcs=[summed_reward],
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
+    return trainer, task
+
+
+def run_plain_trl(args: argparse.Namespace, model: str, use_vllm: bool) -> dict[str, Any]:
+    """Plain ``GRPOTrainer`` (:func:`plain_trl_trainer`), trained and timed."""
+    with tempfile.TemporaryDirectory(prefix="gpu-smoke-trl-") as out_dir:
+        trainer, task = plain_trl_trainer(args, model, use_vllm, out_dir)
+        try:
             reset_peak()
             t0 = time.perf_counter()
             trainer.train()
             train_s = time.perf_counter() - t0
             tokens = float(trainer.state.num_input_tokens_seen)
-    finally:
-        task.close()
+        finally:
+            task.close()
     return {
         "path": "plain TRL",
         "vllm": use_vllm,
@@ -216,10 +236,23 @@ def print_table(rows: list[dict[str, Any]], steps: int) -> None:
             print(f"vllm={use_vllm}: mrbench tokens/s as a share of plain TRL's: {shares}")
 
 
+def run_row(args: argparse.Namespace) -> int:
+    """One run of the table in this process (``--row``): its row as JSON in ``--row-json``."""
+    uri = f"sqlite:///{args.out / 'mlflow.db'}"
+    if args.row == "plain":
+        row = run_plain_trl(args, args.row_model, args.row_vllm)
+    else:
+        row = run_mrbench(args, args.row_model, args.row, args.row_vllm, uri)
+    args.row_json.write_text(json.dumps(row))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before torch sees the GPUs
+    if args.row is not None:
+        return run_row(args)
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -231,16 +264,21 @@ def main(argv: list[str] | None = None) -> int:
         model, n_params = build_model(root / "model", args.task, args.tiny)
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         print(f"model: {n_params / 1e6:.1f} M parameters; device: {device}; torch {torch.__version__}")
-        uri = f"sqlite:///{root / 'mlflow.db'}"
         rows = []
         for use_vllm in vllm_modes(args.vllm):
-            rows.append(run_plain_trl(args, model, use_vllm))
-            for method in args.methods.split(","):
-                rows.append(run_mrbench(args, model, method, use_vllm, uri))
+            for path in ["plain", *args.methods.split(",")]:
+                out = root / f"row-{path}-{int(use_vllm)}.json"
+                command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]
+                command += ["--out", str(root), "--row", path, "--row-model", model, "--row-json", str(out)]
+                command += ["--row-vllm"] if use_vllm else []
+                done = subprocess.run(command, check=False)
+                if done.returncode != 0:
+                    sys.exit(f"the run {path} (vllm={use_vllm}) failed with exit code {done.returncode}")
+                rows.append(json.loads(out.read_text()))
         print_table(rows, args.steps)
         if not torch.cuda.is_available():
-            rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-            print(f"(CPU run: peak resident memory of the process {rss_gb:.2f} GB)")
+            rss_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+            print(f"(CPU run: peak resident memory of a run's process {rss_gb:.2f} GB)")
         if args.out:
             summary = {"device": device, "params": n_params, "steps": args.steps, "rows": rows}
             (root / "gpu_smoke.json").write_text(json.dumps(summary, indent=2))

@@ -7,7 +7,8 @@
 - :func:`fake_cell` — like ``run_cell``: one child run with the cell tags, params, per-step
   reward/advantage metrics, eval before/after and ``diagnostics.json``; ends FINISHED, or KILLED
   on Ctrl-C, or FAILED. ``$MRBENCH_FAKE_CELL_SECONDS`` makes it slow (for interrupt tests) and
-  ``$MRBENCH_FAKE_CELL_FAIL`` (``fnmatch`` patterns over ``method|task|model|sSEED``) makes it fail.
+  ``$MRBENCH_FAKE_CELL_FAIL`` (``fnmatch`` patterns over ``method|task|model|sSEED``) makes it fail;
+  ``$MRBENCH_FAKE_CELL_RECORD_ENV`` (a folder) gets a file per cell with its ``CUDA_VISIBLE_DEVICES``.
 - :func:`log_synthetic_run` — the layout writer both use; :func:`synthetic_sweep` fills a store
   with a whole sweep (parent + children) fast, through ``log_batch``.
 
@@ -24,6 +25,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mrbench.core import layout
@@ -303,6 +305,9 @@ def fake_cell(
     run_id = client.create_run(experiment_id, tags=tags, run_name=spec.label()).info.run_id
     seconds = float(os.environ.get("MRBENCH_FAKE_CELL_SECONDS", "0") or 0)
     patterns = [p for p in os.environ.get("MRBENCH_FAKE_CELL_FAIL", "").split(",") if p]
+    record = os.environ.get("MRBENCH_FAKE_CELL_RECORD_ENV")
+    if record:  # the GPUs this cell process was given (tests of mrbench.engine.devices)
+        Path(record, spec.run_key()).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
 
     def pause() -> None:
         # Sleep in small slices so that Ctrl-C / SIGINT lands promptly, mid-cell.

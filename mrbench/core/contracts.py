@@ -164,6 +164,13 @@ class Task(ABC):
         :data:`mrbench.core.rollout.Rollout` running multi-turn episodes); none by default."""
         return {}
 
+    def completion_budget(self, max_new_tokens: int) -> int:
+        """Tokens a training sequence may hold after its prompt when each model turn may generate
+        ``max_new_tokens``: one completion by default. A multi-turn task counts its turns and what
+        the environment inserts between them. The engine caps vLLM's context at the longest
+        prompt plus this (``mrbench.engine.generation.vllm_context_cap``)."""
+        return max_new_tokens
+
     def close(self) -> None:
         """Release what the task started (worker processes, …); called once the run is done with it."""
         return  # most tasks hold nothing to release

@@ -35,8 +35,14 @@ class RolloutContext:
     ``tokenizer``: the policy's tokenizer (a transformers ``PreTrainedTokenizerBase``: chat
     template, encode, decode). ``generate``: samples from the policy being trained, with the
     run's sampling settings. ``max_new_tokens``: the generation budget of one model turn.
-    ``eos_token_ids``: any of them ends a turn. ``max_length``: the model's context in tokens
-    (``None`` when the model does not say).
+    ``eos_token_ids``: any of them ends a turn. ``max_length``: the longest sequence a turn may
+    reach, in tokens (the model's context, or less; ``None`` when nothing says).
+
+    ``any_live(live)``: whether any process of the cell still has a live episode, given whether
+    this one has (a collective call: every process of a multi-process cell must make it, once
+    per turn). Under FSDP and ZeRO-3 every ``generate`` call is collective too, so a rollout makes
+    one call per turn while ``any_live`` is true, with a stand-in batch once its own episodes
+    have ended: every process makes the same number of calls. One process: ``live`` itself.
     """
 
     tokenizer: Any
@@ -44,6 +50,7 @@ class RolloutContext:
     max_new_tokens: int
     eos_token_ids: tuple[int, ...]
     max_length: int | None = None
+    any_live: Callable[[bool], bool] = bool
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from mrbench.core import layout
 from mrbench.core.errors import UserError
 
 RUN_KEY_VERSION = 1  # bump when the meaning of a spec field changes, to invalidate old run keys
+PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp32")
+"""The ``precision`` train setting (see :func:`mrbench.engine.models.mixed_precision`)."""
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,11 @@ class TrainSettings:
     """Evaluate on at most this many held-out samples; 0 = all of them."""
     gradient_accumulation_steps: int = 1
     """Micro-batches per optimizer step (for large models on small devices)."""
-    bf16: bool = True
-    """bfloat16 weights and autocast on a CUDA GPU that supports it; float32 on a CPU or an older GPU
-    whatever this says. ``false``: float32 everywhere (see :func:`mrbench.engine.models.policy_dtype`)."""
+    precision: str = "auto"
+    """``auto``: bfloat16 mixed precision on a CUDA GPU that computes in bfloat16, float32 elsewhere;
+    ``bf16``: bfloat16 mixed precision everywhere (a CPU too); ``fp32``: float32 throughout. Mixed
+    precision keeps float32 master weights, gradients and AdamW states and computes under bfloat16
+    autocast (see :func:`mrbench.engine.models.mixed_precision`)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, about a third more compute."""
     use_vllm: bool = False
@@ -72,6 +76,8 @@ class TrainSettings:
                 bound, inclusive = minimum[f.name]
                 if not (value >= bound if inclusive else value > bound):
                     problems.append(f"{f.name}={value!r} (must be {'>=' if inclusive else '>'} {bound})")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision={self.precision!r} (choose from {', '.join(PRECISIONS)})")
         if problems:
             raise UserError(f"invalid train settings: {', '.join(problems)}")
 

@@ -54,9 +54,16 @@ def model_fingerprint(model_path: str) -> str | None:
 
 
 def cache_key(
-    model_path: str, task: str, version: str, task_params: dict[str, Any], eval_limit: int
+    model_path: str,
+    task: str,
+    version: str,
+    task_params: dict[str, Any],
+    eval_limit: int,
+    *,
+    mixed_precision: bool = False,
 ) -> str | None:
-    """The cache key of one pre-training evaluation, or ``None`` when it must not be cached."""
+    """The cache key of one pre-training evaluation, or ``None`` when it must not be cached. An
+    evaluation under bfloat16 autocast (``mixed_precision``) is another one than in float32."""
     fingerprint = model_fingerprint(model_path)
     if fingerprint is None:
         return None
@@ -67,6 +74,7 @@ def cache_key(
         "task_version": version,
         "task_params": task_params,
         "eval_limit": eval_limit,
+        **({"autocast": "bfloat16"} if mixed_precision else {}),  # float32 keys stay as they were
     }
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:32]
 

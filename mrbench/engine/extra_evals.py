@@ -191,20 +191,23 @@ class _Evaluator:
     def evaluate(self, model: Any, tokenizer: Any, spec: Any, dataset: str) -> EvalResult:
         """``model`` (a policy of cell ``spec``) on ``dataset`` of the cell's task, at its eval limit."""
         task, _, n_sampled = self.task(spec.task, dataset, spec.model)
-        limit = spec.train.eval_limit
-        result = evaluate_model(task, model, tokenizer, limit)
+        from mrbench.engine.models import autocast
+
+        with autocast(spec.train.precision):  # as the cell's own evaluations
+            result = evaluate_model(task, model, tokenizer, spec.train.eval_limit)
         return EvalResult(with_pass_at_k(result.metrics, result.samples, n_sampled), result.samples)
 
     def evaluate_before(self, spec: Any, datasets: list[str], run_id: str) -> dict[str, EvalResult]:
         """The base model's results on ``datasets`` (``spec``'s model, task and eval limit)."""
-        from mrbench.engine.models import policy_dtype, prepare_model
+        from mrbench.engine.models import mixed_precision, prepare_model
 
         path = prepare_model(spec.model)
         limit = spec.train.eval_limit
         out, todo = {}, []
         for dataset in datasets:
             task, settings, _ = self.task(spec.task, dataset, spec.model)
-            key = eval_cache.cache_key(path, spec.task, task.version, settings, limit)
+            mixed = mixed_precision(spec.train.precision)
+            key = eval_cache.cache_key(path, spec.task, task.version, settings, limit, mixed_precision=mixed)
             memo = json.dumps([spec.model, spec.task, dataset, limit, settings], sort_keys=True, default=str)
             cached = self.before.get(memo) or _from_cache(key)
             if cached is None:
@@ -212,7 +215,7 @@ class _Evaluator:
             else:
                 out[dataset] = self.before[memo] = cached
         if todo:
-            model, tokenizer = load_policy(path, dtype=policy_dtype(spec.train.bf16))
+            model, tokenizer = load_policy(path, dtype="float32")  # as the cell evaluated it
             for dataset, key, memo in todo:
                 result = self.evaluate(model, tokenizer, spec, dataset)
                 eval_cache.write(key, dict(result.metrics), result.samples, run_id)
@@ -275,10 +278,8 @@ def _evaluate_target(
         return
     spec = target.spec
     try:
-        from mrbench.engine.models import policy_dtype
-
         before = evaluator.evaluate_before(spec, target.missing, target.run_id)
-        model, tokenizer = load_policy(target.checkpoint, dtype=policy_dtype(spec.train.bf16))
+        model, tokenizer = load_policy(target.checkpoint, dtype="float32")
         with tempfile.TemporaryDirectory(prefix="mrbench-extra-eval-") as spool:
             run_log = RunLog(client, target.run_id, Path(spool))
             for dataset in target.missing:

@@ -26,6 +26,23 @@ def require_vllm() -> None:
         raise UserError("use_vllm=true needs a CUDA GPU and this process sees none; leave use_vllm off")
 
 
+def vllm_context_cap(task: Any, tokenizer: Any, max_new_tokens: int, model_max: int | None) -> int:
+    """vLLM's ``max_model_len`` for training ``task``: its longest chat-templated training prompt
+    plus :meth:`~mrbench.core.contracts.Task.completion_budget`, at most the model's context.
+
+    Why: left unset, vLLM reserves KV cache for the model's whole context (32k–128k tokens for the
+    paper's models), which can exceed the GPU share colocated vLLM gets, and the engine refuses to
+    start; a cap from the task fits it to what training can reach.
+    """
+    texts = [
+        tokenizer.apply_chat_template(s.prompt, add_generation_prompt=True, tokenize=False)
+        for s in task.train_samples()
+    ]
+    longest = max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+    cap = longest + int(task.completion_budget(max_new_tokens))
+    return min(cap, model_max) if model_max else cap
+
+
 class HFGenerator:
     """Completions for chat conversations, greedy unless ``temperature`` > 0; batches with left padding.
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.engine.config import PRECISIONS
 from mrbench.engine.pretrained import MODEL_MARKER, PRETRAINED_PRESETS, prepare_pretrained
 from mrbench.engine.tiny import TINY_PRESETS, TINY_TASK_SETTINGS, prepare_tiny
 from mrbench.engine.tracking import results_dir
@@ -149,12 +150,34 @@ def bf16_supported() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
-def policy_dtype(bf16: bool) -> str:
-    """The dtype a cell trains its policy in: ``"bfloat16"`` when ``bf16`` (the train setting) is
-    asked for and :func:`bf16_supported`, else ``"float32"`` (always on a CPU, where bfloat16 is
-    slow and imprecise). In bfloat16 the weights, gradients and AdamW states are all bfloat16, as
-    TRL loads a model by name: a 7B policy then needs about 60 GB instead of twice that."""
-    return "bfloat16" if bf16 and bf16_supported() else "float32"
+def mixed_precision(precision: str) -> bool:
+    """Whether a cell with the ``precision`` train setting trains in bfloat16 mixed precision:
+    ``"bf16"`` always (a CPU too, slowly: what the tests run), ``"auto"`` on a GPU that has
+    :func:`bf16_supported`, ``"fp32"`` never.
+
+    Mixed precision keeps the policy's weights, gradients and AdamW states in float32 (the master
+    copy every update is applied to) and runs the forward and backward passes under bfloat16
+    autocast; the reference model (``beta`` > 0) is loaded in bfloat16, since it is never updated.
+    Without it everything is float32. Either way a policy is loaded, evaluated (under the same
+    autocast) and checkpointed in float32. Why not bfloat16 weights: an update smaller than a
+    weight's bfloat16 spacing (2⁻⁸ of its size) rounds away, and at the paper's learning rate of
+    1e-6 almost every update is that small.
+    """
+    if precision not in PRECISIONS:
+        raise UserError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
+    return precision == "bf16" or (precision == "auto" and bf16_supported())
+
+
+def autocast(precision: str) -> Any:
+    """The autocast context of a cell's forward passes (evaluation included): bfloat16 on the
+    process's device under :func:`mixed_precision`, else a no-op."""
+    import contextlib
+
+    import torch
+
+    if not mixed_precision(precision):
+        return contextlib.nullcontext()
+    return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=torch.bfloat16)
 
 
 def load_model(path: str, *, dtype: str | None = None) -> Any:

@@ -136,17 +136,25 @@ def _build_dataset(samples: list[Sample]) -> Any:
     return Dataset.from_list(rows)
 
 
-def _grpo_config(spec: RunSpec, task: Task, output_dir: str, progress: bool, save_every: int = 0) -> Any:
+def _grpo_config(
+    spec: RunSpec,
+    task: Task,
+    output_dir: str,
+    progress: bool,
+    save_every: int = 0,
+    vllm_max_length: int | None = None,
+) -> Any:
     """TRL's config for ``spec``; ``save_every`` > 0 saves the model (only) every that many steps
-    into ``output_dir/checkpoint-<step>``."""
+    into ``output_dir/checkpoint-<step>``; ``vllm_max_length``: vLLM's context with ``use_vllm``
+    (:func:`mrbench.engine.generation.vllm_context_cap`)."""
     import torch
     from trl import GRPOConfig
 
-    from mrbench.engine.models import policy_dtype
+    from mrbench.engine.models import mixed_precision
 
     train = spec.train
     on_gpu = torch.cuda.is_available()
-    dtype = policy_dtype(train.bf16)
+    mixed = mixed_precision(train.precision)
     return GRPOConfig(
         output_dir=output_dir,
         max_steps=train.steps,
@@ -170,15 +178,20 @@ def _grpo_config(spec: RunSpec, task: Task, output_dir: str, progress: bool, sav
         save_only_model=False,
         seed=spec.seed,
         use_cpu=not on_gpu,
-        # bfloat16 autocast goes with the bfloat16 weights the policy is loaded in (policy_dtype).
-        bf16=dtype == "bfloat16",
-        # With a KL term TRL loads the policy from its path itself (see _run_cell): in that dtype too.
-        model_init_kwargs={"dtype": dtype} if train.beta > 0 else None,
+        # Mixed precision: bfloat16 autocast over the float32 policy the cell loaded (the master weights).
+        bf16=mixed,
+        # With a KL term TRL builds the reference model from these: bfloat16 under mixed precision (it
+        # is never updated), and on this process's device, not spread by device_map="auto" (which TRL
+        # leaves on for FSDP). They apply to the reference only: the policy is passed loaded.
+        model_init_kwargs={"dtype": "bfloat16" if mixed else "float32", "device_map": None}
+        if train.beta > 0
+        else None,
         gradient_checkpointing=train.gradient_checkpointing,
         # Colocated: vLLM shares the training GPU (TRL's default 30 % of its memory); TRL syncs the
         # policy's weights into it before each generation batch.
         use_vllm=train.use_vllm,
         vllm_mode="colocate",
+        vllm_max_model_length=vllm_max_length if train.use_vllm else None,
         disable_tqdm=not progress,
         dataloader_num_workers=0,
         remove_unused_columns=False,
@@ -211,6 +224,7 @@ def run_cell(
 
     started = time.perf_counter()
     save_mode = parse_save(save)
+    check_one_device()
     if spec.train.use_vllm:  # a setting this machine cannot run: say so before any run is created
         from mrbench.engine.generation import require_vllm
 
@@ -242,6 +256,21 @@ def run_cell(
             task.close()
 
 
+def check_one_device() -> None:
+    """:class:`UserError` before any run exists when a one-process cell sees several GPUs (TRL would
+    refuse them after the pre-training evaluation, or spread the reference model over them); the
+    sweep and ``mrbench run`` give each cell process its own (:mod:`mrbench.engine.devices`)."""
+    import torch
+
+    from mrbench.engine.distributed import world_size
+
+    if world_size() == 1 and torch.cuda.is_available() and torch.cuda.device_count() > 1:
+        raise UserError(
+            f"this one-process cell sees {torch.cuda.device_count()} GPUs and trains on one: set "
+            "CUDA_VISIBLE_DEVICES to one GPU, or train the cell with --processes-per-cell N"
+        )
+
+
 @contextlib.contextmanager
 def _trainer_output(folder: CellFolder, start: resume.CellStart) -> Iterator[str]:
     """TRL's ``output_dir``: the cell folder when it writes step checkpoints (an earlier attempt's
@@ -271,7 +300,7 @@ def _run_cell(
     checkpoint_every: int | None,
 ) -> CellResult:
     import mrbench.methods as methods
-    from mrbench.engine.models import model_task_settings, policy_dtype, prepare_model
+    from mrbench.engine.models import autocast, model_task_settings, prepare_model
     from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
     experiment_id = ensure_experiment(experiment, client.tracking_uri, client=client)
@@ -307,7 +336,8 @@ def _run_cell(
         from transformers import set_seed
 
         set_seed(spec.seed)
-        model, tokenizer = load_policy(model_path, dtype=policy_dtype(spec.train.bf16))
+        # float32 whatever the precision: the master weights (mrbench.engine.models.mixed_precision).
+        model, tokenizer = load_policy(model_path, dtype="float32")
         run_log.params({layout.PARAM_N_PARAMS: str(sum(p.numel() for p in model.parameters()))})
 
         t0 = time.perf_counter()
@@ -328,12 +358,22 @@ def _run_cell(
 
         step_logger = MlflowStepLogger(run_log)
         hooks = task.training_hooks()
+        vllm_cap = None
+        if spec.train.use_vllm:
+            from mrbench.engine.generation import vllm_context_cap
+
+            budget = spec.train.max_completion_length or task.max_completion_tokens
+            positions = getattr(model.config, "max_position_embeddings", None)
+            vllm_cap = vllm_context_cap(task, tokenizer, budget, positions)
         with _trainer_output(folder, start) as out_dir:
             trainer = MultiRewardGRPOTrainer(
-                # With a KL term TRL builds the reference model from a path; otherwise reuse the loaded one.
-                model=model_path if spec.train.beta > 0 else model,
+                # The one copy of the policy: the pre-training evaluation's model is the one trained
+                # (TRL builds a reference model from its path when beta > 0).
+                model=model,
                 reward_funcs=[c.fn for c in task.reward_components()],
-                args=_grpo_config(spec, task, out_dir, progress, save_every=save_mode.every),
+                args=_grpo_config(
+                    spec, task, out_dir, progress, save_every=save_mode.every, vllm_max_length=vllm_cap
+                ),
                 train_dataset=_build_dataset(task.train_samples()),
                 processing_class=tokenizer,
                 callbacks=[step_logger.callback, phases.training_callback()],
@@ -356,7 +396,10 @@ def _run_cell(
             run_log.metrics({layout.CHECKPOINT_SIZE_MB: folder_size_mb(folder.final)}, steps)
 
         t0 = time.perf_counter()
-        with phases.evaluation("eval after", trainer.model, task, spec.train.eval_limit):
+        with (
+            phases.evaluation("eval after", trainer.model, task, spec.train.eval_limit),
+            autocast(spec.train.precision),
+        ):
             after = evaluate_model(task, trainer.model, tokenizer, spec.train.eval_limit)
         eval_s += time.perf_counter() - t0
         wall_s = time.perf_counter() - started
@@ -400,12 +443,17 @@ def _evaluate_before(
 ) -> EvalResult:
     """The pre-training evaluation: read from :mod:`mrbench.engine.eval_cache` when another cell of
     the same (model, task settings, eval limit) computed it, else computed and stored there."""
-    key = eval_cache.cache_key(model_path, spec.task, task.version, spec.task_params, spec.train.eval_limit)
+    from mrbench.engine.models import autocast, mixed_precision
+
+    mixed = mixed_precision(spec.train.precision)
+    key = eval_cache.cache_key(
+        model_path, spec.task, task.version, spec.task_params, spec.train.eval_limit, mixed_precision=mixed
+    )
     cached = eval_cache.read(key)
     if cached is not None:
         run_log.tags({layout.tag(layout.EVAL_BEFORE_FROM): cached.run_id})
         return EvalResult(metrics=cached.metrics, samples=cached.samples)
-    with phases.evaluation("eval before", model, task, spec.train.eval_limit):
+    with phases.evaluation("eval before", model, task, spec.train.eval_limit), autocast(spec.train.precision):
         before = evaluate_model(task, model, tokenizer, spec.train.eval_limit)
     eval_cache.write(key, dict(before.metrics), before.samples, run_id)
     return before

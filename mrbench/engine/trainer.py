@@ -195,16 +195,31 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         """What a task's rollout may use for the next generation batch (see :mod:`mrbench.core.rollout`).
 
         ``max_new_tokens`` is ``GRPOConfig.max_completion_length`` (read as the per-turn budget);
-        ``max_length`` is the model's ``max_position_embeddings`` when its config has one.
+        ``max_length`` is the model's ``max_position_embeddings`` when its config has one, or vLLM's
+        context when that is smaller (an episode stops before the engine would refuse it).
         """
         config = getattr(self.model, "config", None)
+        limits = [getattr(config, "max_position_embeddings", None)]
+        if self.use_vllm:
+            limits.append(getattr(self.args, "vllm_max_model_length", None))
+        known = [n for n in limits if n]
         return RolloutContext(
             tokenizer=self.processing_class,
             generate=self._policy_sampler(),
             max_new_tokens=self.max_completion_length,
             eos_token_ids=tuple(self.eos_token_ids),
-            max_length=getattr(config, "max_position_embeddings", None),
+            max_length=min(known) if known else None,
+            any_live=self._any_live,
         )
+
+    def _any_live(self, live: bool) -> bool:
+        """Whether any process of the cell still has a live episode (a max over processes: every
+        process calls it once per turn; see :attr:`~mrbench.core.rollout.RolloutContext.any_live`)."""
+        acc = self.accelerator
+        if acc.num_processes == 1:
+            return live
+        flag = torch.tensor([1 if live else 0], device=acc.device)
+        return bool(acc.reduce(flag, reduction="sum").item() > 0)
 
     def _policy_sampler(self) -> TokenGenerate:
         """Sampling with the model being trained and the run's generation settings.

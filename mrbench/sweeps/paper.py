@@ -32,7 +32,7 @@ PAPER_TRAIN: dict[str, dict[str, Any]] = {
         "temperature": 1.0,
         "beta": 0.0 if task == "tool-calling" else 0.001,
         "steps": -(-PAPER_EPOCHS[task] * PAPER_TRAIN_PROMPTS[task] // PAPER_PROMPTS_PER_STEP),
-        "bf16": True,
+        "precision": "auto",
     }
     for task in PAPER_EPOCHS
 }
@@ -49,7 +49,8 @@ PAPER_MODEL_BILLIONS = {
 
 
 def paper_memory(billions: float) -> dict[str, Any]:
-    """Memory settings of a ``billions``-parameter model on one 80 GB GPU, in bfloat16: the
+    """Memory settings of a ``billions``-parameter model per 80 GB GPU (float32 master weights:
+    7B–8B models need their cell sharded over several GPUs, ``docs/cluster.md``): the
     PAPER_PROMPTS_PER_STEP prompts of an optimizer step as ``prompts_per_step`` per micro-batch ×
     ``gradient_accumulation_steps``, smaller micro-batches and recomputed activations (gradient
     checkpointing) from 3B up. The update is the same whatever the split.

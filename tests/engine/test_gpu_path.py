@@ -20,7 +20,7 @@ from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.engine.config import TrainSettings, resolve_spec
 from mrbench.engine.generation import require_vllm
-from mrbench.engine.models import policy_dtype
+from mrbench.engine.models import mixed_precision
 from mrbench.engine.runner import _grpo_config, run_cell
 from mrbench.engine.trainer import MultiRewardGRPOTrainer
 from mrbench.tasks import build_task
@@ -32,23 +32,25 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 def test_gpu_train_settings_and_their_overrides() -> None:
     default = TrainSettings()
-    assert default.bf16 and not default.gradient_checkpointing and not default.use_vllm
-    s = TrainSettings.from_overrides({"bf16": "false", "gradient_checkpointing": "true", "use_vllm": "on"})
-    assert (s.bf16, s.gradient_checkpointing, s.use_vllm) == (False, True, True)
+    assert default.precision == "auto" and not default.gradient_checkpointing and not default.use_vllm
+    s = TrainSettings.from_overrides(
+        {"precision": "fp32", "gradient_checkpointing": "true", "use_vllm": "on"}
+    )
+    assert (s.precision, s.gradient_checkpointing, s.use_vllm) == ("fp32", True, True)
     with pytest.raises(UserError, match="gradient_checkpointing"):
         TrainSettings.from_overrides({"gradient_checkpointing": "sometimes"})
 
 
-def test_policy_dtype_is_bfloat16_only_on_a_gpu_that_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_precision_is_mixed_only_on_a_gpu_that_has_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert policy_dtype(True) == "float32" and policy_dtype(False) == "float32"
+    assert not mixed_precision("auto") and mixed_precision("bf16") and not mixed_precision("fp32")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert policy_dtype(True) == "bfloat16" and policy_dtype(False) == "float32"
+    assert mixed_precision("auto") and not mixed_precision("fp32")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)  # pre-Ampere
-    assert policy_dtype(True) == "float32"
+    assert not mixed_precision("auto")
 
 
 def _config(tmp_path: Path, **train: Any) -> Any:
@@ -61,12 +63,12 @@ def _config(tmp_path: Path, **train: Any) -> Any:
 
 
 def test_trl_config_on_a_cpu_follows_the_settings(tmp_path: Path) -> None:
-    plain = _config(tmp_path)  # bf16 asked for by default, but this is a CPU
+    plain = _config(tmp_path)  # precision auto: float32 on a CPU
     assert plain.use_cpu and not (plain.bf16 or plain.gradient_checkpointing or plain.use_vllm)
     assert plain.model_init_kwargs is None  # the loaded policy is handed to TRL
     kl = _config(tmp_path, gradient_checkpointing=True, beta=0.01)
     assert kl.gradient_checkpointing is True
-    assert kl.model_init_kwargs == {"dtype": "float32"}  # TRL loads the policy from its path
+    assert kl.model_init_kwargs == {"dtype": "float32", "device_map": None}  # TRL's reference model
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here")
@@ -104,7 +106,7 @@ def test_paper_preset_sets_memory_by_model_size_and_keeps_the_global_batch() -> 
         for model in spec.models_for(task):
             s = TrainSettings.from_overrides(spec.train_for(task, model))
             assert s.prompts_per_step * s.gradient_accumulation_steps == PAPER_PROMPTS_PER_STEP
-            assert s.bf16
+            assert s.precision == "auto"
             seen[model] = (s.prompts_per_step, s.gradient_checkpointing)
     assert seen["Qwen/Qwen2.5-Coder-0.5B-Instruct"] == (8, False)
     assert seen["Qwen/Qwen2.5-Coder-3B-Instruct"] == (4, True)
@@ -225,7 +227,7 @@ def test_a_real_cell_trains_with_gradient_checkpointing(
     assert result.status == "FINISHED"
     run = MlflowClient(tracking_uri=uri).get_run(result.run_id)
     assert run.data.params["train.gradient_checkpointing"] == "True"
-    assert run.data.params["train.bf16"] == "True"  # asked for; a CPU trains in float32 anyway
+    assert run.data.params["train.precision"] == "auto"  # float32 on a CPU
     assert layout.step_metric("loss") in run.data.metrics
 
 

@@ -277,6 +277,20 @@ def test_worker_processes_run_cells_in_parallel_once_each(store: str) -> None:
     assert len(logs) == 2
 
 
+def test_sweep_workers_get_one_gpu_each(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two local workers on a machine with four GPUs: each cell process sees exactly one, and two
+    cells that run together see different ones (mrbench.engine.devices)."""
+    record = tmp_path / "seen"
+    record.mkdir()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setenv("MRBENCH_FAKE_CELL_RECORD_ENV", str(record))
+    monkeypatch.setenv("MRBENCH_FAKE_CELL_SECONDS", "1.0")
+    outcome = sweep(small("gpus", seeds=(0,), workers=2), store)
+    assert [o.status for o in outcome.outcomes] == ["FINISHED", "FINISHED"]
+    seen = sorted(p.read_text() for p in record.iterdir())
+    assert seen == ["0", "1"]
+
+
 @pytest.mark.slow
 def test_worker_process_failure_is_recorded(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MRBENCH_FAKE_CELL_FAIL", "gdpo|*")

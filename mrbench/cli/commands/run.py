@@ -70,6 +70,9 @@ def register(app: typer.Typer) -> None:
         What the libraries print goes to the cell's log (named if the cell fails; an MLflow artifact
         of the run); the terminal shows a progress bar with an ETA per step, and the results.
         """
+        from mrbench.engine.devices import pin_for_cell
+
+        pin_for_cell(per_cell=processes)  # before anything starts CUDA: the GPUs this cell uses, no others
         from mrbench.core.errors import UserError
         from mrbench.engine import console, phases
         from mrbench.engine.checkpoints import folder_size_mb, parse_save

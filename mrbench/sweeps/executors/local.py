@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.engine.console import verbose
+from mrbench.engine.devices import pin_for_cell
 from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
 from mrbench.sweeps.cell_process import EXIT_FINISHED, EXIT_KILLED, THREAD_VARS, cell_payload
 from mrbench.sweeps.progress import SweepProgress
@@ -96,7 +97,7 @@ def run_processes(
     env["TOKENIZERS_PARALLELISM"] = "false"
     ctx.log_dir.mkdir(parents=True, exist_ok=True)
     queue = list(cells)
-    running: dict[subprocess.Popen[bytes], tuple[Cell, Path, Any, float]] = {}
+    running: dict[subprocess.Popen[bytes], tuple[Cell, Path, Any, float, int]] = {}
     with tempfile.TemporaryDirectory(prefix="mrbench-sweep-") as tmp:
         try:
             while queue or running:
@@ -110,6 +111,9 @@ def run_processes(
                     payload = Path(tmp) / f"{cell.key}.json"
                     result = Path(tmp) / f"{cell.key}.result.json"
                     payload.write_text(json.dumps(cell_payload(cell, ctx, fn_path, threads, result)))
+                    slot = min(set(range(workers)) - {entry[4] for entry in running.values()})
+                    cell_env = dict(env)  # this slot's GPUs only (mrbench.engine.devices)
+                    pin_for_cell(cell_env, slot=slot, per_cell=getattr(ctx, "processes_per_cell", 1))
                     log = (ctx.log_dir / f"{slug(cell.label)}-{cell.key}.log").open("wb")
                     # Own session: a terminal Ctrl-C reaches only the sweep, which forwards exactly one
                     # SIGINT (a second one could interrupt the child while it ends its run KILLED).
@@ -117,13 +121,13 @@ def run_processes(
                         [sys.executable, "-m", "mrbench.sweeps.cell_process", str(payload)],
                         stdout=None if verbose() else log,  # --verbose: the output shows live
                         stderr=subprocess.STDOUT,
-                        env=env,
+                        env=cell_env,
                         start_new_session=True,
                     )
-                    running[proc] = (cell, result, log, time.perf_counter())
+                    running[proc] = (cell, result, log, time.perf_counter(), slot)
                     progress.start(cell)
                 for proc in [p for p in running if p.poll() is not None]:
-                    cell, result, log, t0 = running.pop(proc)
+                    cell, result, log, t0, _slot = running.pop(proc)
                     log.close()
                     outcome = _process_outcome(
                         cell, proc.returncode, result, time.perf_counter() - t0, log.name
@@ -133,7 +137,7 @@ def run_processes(
                 time.sleep(0.1)
         except BaseException:
             _stop_children(list(running))
-            for _cell, _result, log, _t0 in running.values():
+            for _cell, _result, log, _t0, _slot in running.values():
                 log.close()
             raise
 

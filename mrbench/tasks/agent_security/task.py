@@ -174,6 +174,15 @@ class AgentSecurityTask(Task):
         weights = {"utility": 1.0, "safety": 1.0, "format": self.format_weight}
         return [RewardComponent(n, fn, weights[n], 0.0, 1.0) for n, fn in zip(names, fns, strict=True)]
 
+    def completion_budget(self, max_new_tokens: int) -> int:
+        """An episode after its prompt: ``max_turns`` turns of ``max_new_tokens`` and a tool result
+        between two turns, each cut at ``max_tool_chars`` characters (counted as half as many
+        tokens, with room for the chat markup around it). Single-turn mode: one completion."""
+        if self.single_turn:
+            return max_new_tokens
+        turns = self.limits.max_turns
+        return turns * max_new_tokens + (turns - 1) * (self.limits.max_tool_chars // 2 + 16)
+
     def training_hooks(self) -> dict[str, Any]:
         """Extra trainer keyword arguments: the multi-turn ``rollout`` (none in single-turn)."""
         if self.single_turn:

@@ -1,0 +1,312 @@
+"""The GPU path's correctness, checked on a CPU: precision, one copy of the policy, one device per
+cell process, failures that end the cell, multi-process rollouts in step, vLLM's context cap, and a
+GPU smoke script that compares like with like (issue: "The GPU path, read against TRL 1.16")."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import re
+import tomllib
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from safetensors.torch import load_file
+
+from mrbench.core import layout
+from mrbench.core.errors import UserError
+from mrbench.engine import runner
+from mrbench.engine.config import resolve_spec
+from mrbench.engine.devices import gpus_for_slot, pin_for_cell, visible_gpus
+from mrbench.engine.trainer import MultiRewardGRPOTrainer
+
+REPO = Path(__file__).resolve().parents[2]
+FIXED = "tests.engine.test_distributed_cell:fixed_rollout_task"  # rewards that differ within groups
+SMALL = {"num_generations": "4", "prompts_per_step": "2", "eval_limit": "1"}
+
+
+def _layer_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The transformer blocks' matrices of a saved model (every one of them gets a gradient)."""
+    weights = load_file(str(path / "model.safetensors"))
+    return {k: v.float() for k, v in weights.items() if ".layers." in k and v.dim() == 2}
+
+
+def _changed_share(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
+    changed = sum(int((before[k] != after[k]).sum()) for k in before)
+    return changed / sum(v.numel() for v in before.values())
+
+
+# ------------------------------------------------------------------ 1. precision
+
+
+def test_weights_move_under_bf16_mixed_precision_at_the_papers_learning_rate(
+    micro_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """precision=bf16: float32 master weights under bfloat16 autocast, so 3 steps at lr 1e-6 move
+    nearly every weight; bfloat16 weights (the earlier policy dtype) keep nearly all of them."""
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    train = {**SMALL, "steps": "3", "learning_rate": "1e-6", "precision": "bf16"}
+    spec = resolve_spec("grpo", FIXED, str(micro_model_dir), 0, train=train)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result = runner.run_cell(spec, tracking_uri=uri, experiment="bf16", progress=False)
+    assert result.status == "FINISHED"
+    run = MlflowClient(uri).get_run(result.run_id)
+    assert run.data.params["train.precision"] == "bf16"
+    before, after = _layer_weights(micro_model_dir), _layer_weights(Path(result.checkpoint_dir))
+    assert all(after[k].dtype == torch.float32 for k in after)  # checkpointed in float32
+    assert _changed_share(before, after) > 0.9
+
+    # The mechanism: the same size of update on bfloat16 weights rounds away.
+    torch.manual_seed(0)
+    weights = torch.nn.Parameter((torch.randn(256, 256) * 0.02).bfloat16())
+    start = weights.detach().clone()
+    opt = torch.optim.AdamW([weights], lr=1e-6, weight_decay=0.0)
+    for _ in range(3):
+        weights.grad = torch.randn_like(weights)
+        opt.step()
+    assert float((weights.detach() == start).float().mean()) > 0.9
+
+
+def test_precision_setting_sets_trls_config(micro_model_dir: Path, tmp_path: Path) -> None:
+    from mrbench.tasks import build_task
+
+    def config(**train: Any) -> Any:
+        spec = resolve_spec("grpo", "tool-calling", str(micro_model_dir), 0, train={**SMALL, **train})
+        task = build_task(spec.task, spec.task_params)
+        try:
+            return runner._grpo_config(spec, task, str(tmp_path), progress=False)
+        finally:
+            task.close()
+
+    assert not config().bf16  # auto on a CPU: float32
+    assert config(precision="bf16").bf16 and not config(precision="fp32").bf16
+    kl = config(precision="bf16", beta=0.01)
+    assert kl.model_init_kwargs == {"dtype": "bfloat16", "device_map": None}  # the reference model
+    assert config(beta=0.01).model_init_kwargs == {"dtype": "float32", "device_map": None}
+    with pytest.raises(UserError, match="precision='fp16'"):
+        config(precision="fp16")
+
+
+# ------------------------------------------------------------------ 2. one copy of the policy
+
+
+def test_with_a_kl_term_the_evaluated_policy_is_the_trained_one(
+    micro_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """beta > 0: the model of the pre-training evaluation is the trainer's policy, and only it and
+    TRL's reference model are alive while training (no stale copy of a 7B model on the GPU)."""
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    loaded: list[weakref.ref] = []
+    real_load = runner.load_policy
+
+    def load_policy(path: str, **kwargs: Any) -> Any:
+        model, tokenizer = real_load(path, **kwargs)
+        loaded.append(weakref.ref(model))
+        return model, tokenizer
+
+    seen: dict[str, Any] = {}
+    real_train = MultiRewardGRPOTrainer.train
+
+    def train(self: MultiRewardGRPOTrainer, *args: Any, **kwargs: Any) -> Any:
+        gc.collect()
+        cls = type(self.model)
+        seen["alive"] = sum(1 for o in gc.get_objects() if type(o) is cls)
+        seen["same"] = loaded[0]() is self.model
+        seen["reference"] = self.ref_model is not None
+        return real_train(self, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "load_policy", load_policy)
+    monkeypatch.setattr(MultiRewardGRPOTrainer, "train", train)
+    spec = resolve_spec("grpo", FIXED, str(micro_model_dir), 0, train={**SMALL, "steps": "1", "beta": "0.01"})
+    result = runner.run_cell(
+        spec, tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", experiment="kl", progress=False
+    )
+    assert result.status == "FINISHED"
+    assert seen == {"alive": 2, "same": True, "reference": True}
+
+
+# ------------------------------------------------------------------ 3. one device per cell process
+
+
+def test_each_cell_process_sees_its_own_gpus() -> None:
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}) == ["0", "1", "2", "3"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert [gpus_for_slot(["0", "1", "2", "3"], s) for s in range(5)] == ["0", "1", "2", "3", "0"]
+    assert [gpus_for_slot(["0", "1", "2", "3"], s, per_cell=2) for s in range(3)] == ["0,1", "2,3", "0,1"]
+    env = {"CUDA_VISIBLE_DEVICES": "4,5,6"}
+    pin_for_cell(env, slot=1)
+    assert env == {"CUDA_VISIBLE_DEVICES": "5"}
+    cpu_only = {"CUDA_VISIBLE_DEVICES": ""}
+    pin_for_cell(cpu_only)
+    assert cpu_only == {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_a_one_process_cell_that_sees_several_gpus_stops_before_any_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    spec = resolve_spec("grpo", "tool-calling", "tiny", 0)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with pytest.raises(UserError, match="sees 4 GPUs and trains on one: set CUDA_VISIBLE_DEVICES"):
+        runner.run_cell(spec, tracking_uri=uri, experiment="gpus", progress=False)
+    assert MlflowClient(uri).get_experiment_by_name("gpus") is None
+
+
+# ------------------------------------------------------------------ 4. failures end the cell
+
+
+def test_out_of_memory_in_a_multi_turn_rollout_ends_the_cell_failed(
+    micro_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+
+    def sampler(self: MultiRewardGRPOTrainer) -> Any:
+        def generate(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        return generate
+
+    monkeypatch.setattr(MultiRewardGRPOTrainer, "_policy_sampler", sampler)
+    params = {"n_train": "8", "n_eval": "4"}
+    spec = resolve_spec("grpo", "agent-security", str(micro_model_dir), 0, task_params=params, train=SMALL)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with pytest.raises(torch.OutOfMemoryError):
+        runner.run_cell(spec, tracking_uri=uri, experiment="oom", progress=False)
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("oom").experiment_id])
+    assert run.info.status == "FAILED"
+    assert "OutOfMemoryError: CUDA out of memory" in run.data.tags[layout.tag(layout.ERROR)]
+
+
+# ------------------------------------------------------------------ 5. ranks in step
+
+
+BALANCE = '<tool_call>\n{"name": "balance", "parameters": {}}\n</tool_call>'
+"""A call every world answers."""
+
+
+def _episodes_on_rank(rank: int, world: int, rendezvous: str, out: str) -> None:
+    """Rank ``rank``: episodes of 1 turn (rank 0) or 3 turns (rank 1) through the real turn loop,
+    counting its ``generate`` calls; the turn sync is an all-reduce over gloo."""
+    import torch.distributed as dist
+
+    from mrbench.engine.tiny import train_tokenizer
+    from mrbench.tasks.agent_security.rollout import run_token_episodes
+    from mrbench.tasks.agent_security.scenarios import EmbeddedEnv, generate
+
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
+    scenarios = [s for s in generate(40, 0, 0, ["important_instructions"])[0] if not s.attacked]
+    two_step = [s for s in scenarios if len(s.gold) == 2][:3]
+    texts = [t for s in two_step for t in s.gold] + [
+        m["content"] for m in EmbeddedEnv(two_step[0]).initial_messages()
+    ]
+    texts.append(BALANCE)
+    tok = train_tokenizer(texts, vocab_size=400)
+    calls = 0
+
+    def generate_fn(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        nonlocal calls
+        calls += 1
+        # Rank 0 answers at once (1 turn); rank 1 calls a tool twice first (3 turns).
+        outs = []
+        for ids in batch:
+            turn = tok.decode(ids).count("<|im_start|>assistant") - 1
+            text = BALANCE if rank == 1 and turn < 2 else "<response>done</response>"
+            outs.append([*tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id])
+        return outs
+
+    def any_live(live: bool) -> bool:
+        flag = torch.tensor([int(live)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    from mrbench.tasks.agent_security.episode import Limits
+
+    envs = [EmbeddedEnv(s) for s in two_step]
+    *_, results = run_token_episodes(
+        envs, tok, generate_fn, limits=Limits(max_turns=4), max_new_tokens=48,
+        eos_token_ids=[tok.eos_token_id], any_live=any_live,
+    )  # fmt: skip
+    Path(out).joinpath(f"rank{rank}.json").write_text(
+        json.dumps({"calls": calls, "turns": [len(r.turns) for r in results]})
+    )
+    dist.destroy_process_group()
+
+
+def test_ranks_whose_episodes_end_at_different_turns_make_the_same_generate_calls(tmp_path: Path) -> None:
+    """Under FSDP or ZeRO-3 each generate call is collective: a rank whose episodes ended keeps
+    calling (a discarded continuation) while another rank's episodes go on."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_episodes_on_rank, args=(2, str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["turns"] == [1, 1, 1] and ranks[1]["turns"] == [3, 3, 3]
+    assert ranks[0]["calls"] == ranks[1]["calls"] == 3
+
+
+# ------------------------------------------------------------------ 6. vLLM's context
+
+
+def test_vllm_context_is_capped_from_the_task(micro_model_dir: Path, tmp_path: Path) -> None:
+    from mrbench.engine.generation import vllm_context_cap
+    from mrbench.engine.models import load_tokenizer
+    from mrbench.tasks import build_task
+
+    tok = load_tokenizer(str(micro_model_dir))
+    tools = build_task("tool-calling", {"n_train": 16, "prompt_style": "compact"})
+    prompts = [
+        tok.apply_chat_template(s.prompt, add_generation_prompt=True, tokenize=False)
+        for s in tools.train_samples()
+    ]
+    longest = max(len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts)
+    assert vllm_context_cap(tools, tok, 64, None) == longest + 64
+    assert vllm_context_cap(tools, tok, 64, 100) == 100  # never past the model's context
+    agent = build_task("agent-security", {"n_train": 8, "n_eval": 4, "prompt_style": "compact"})
+    assert agent.completion_budget(48) == 4 * 48 + 3 * (1500 // 2 + 16)  # turns and tool results
+    agent.close()
+    spec = resolve_spec(
+        "grpo", "tool-calling", str(micro_model_dir), 0, task_params={"n_train": 16}, train={"use_vllm": True}
+    )
+    config = runner._grpo_config(spec, tools, str(tmp_path), progress=False, vllm_max_length=777)
+    assert config.vllm_max_model_length == 777
+
+
+# ------------------------------------------------------------------ 7. the smoke script
+
+
+def test_gpu_smoke_gives_plain_trl_the_cells_policy_and_precision(
+    micro_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    path = REPO / "benchmarks" / "gpu_smoke.py"
+    loader = importlib.util.spec_from_file_location("gpu_smoke", path)
+    smoke = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(smoke)
+    args = smoke.parse_args(["--tiny", "--steps", "1", "--precision", "bf16", "--device", "cpu"])
+    trainer, task = smoke.plain_trl_trainer(args, str(micro_model_dir), False, str(tmp_path / "trl"))
+    try:
+        assert trainer.args.bf16  # the cell's mixed precision ...
+        assert next(trainer.model.parameters()).dtype == torch.float32  # ... over float32 weights
+    finally:
+        task.close()
+
+
+# ------------------------------------------------------------------ 8. the vLLM extra
+
+
+def test_vllm_extra_pins_the_transformers_ci_tests_the_engine_on() -> None:
+    """vLLM 0.31 (the newest TRL 1.16 takes) requires transformers < 5.18: the extra says so, and
+    .ci/run runs the engine tests on the transformers it pins."""
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm"]
+    pin = next(r for r in extra if r.startswith("transformers"))
+    assert "<5.18" in pin
+    ci = (REPO / ".ci" / "run").read_text()
+    tested = re.search(r"transformers==(5\.1[0-7][.\d]*)", ci)
+    assert tested, ".ci/run installs no transformers < 5.18 for the engine tests"
+    assert "tests/engine" in ci[tested.start() :]
