@@ -10,6 +10,11 @@ cost is also timed inside the run (seconds in ``_shadow_step`` per step over sec
 which is not blurred by run-to-run noise.
 
     python benchmarks/bench_train_step.py [--steps 8] [--repeats 3] [--model tiny]
+    python benchmarks/bench_train_step.py --model smollm2-135m --task code-generation \
+        --prompts 2 --generations 8 --lr 1e-5 --task-param max_completion_tokens=48 --steps 2 --repeats 2
+
+The task gets the settings the model was built for (the tiny models: compact prompts) under the
+``--task-param`` ones; ``--prompts`` × ``--generations`` completions a step.
 
 Exits 1 if the harness (with shadows) is more than 5 % slower than TRL or the shadows take more
 than 5 % of a step.
@@ -27,13 +32,16 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 import mrbench.methods as methods
-from mrbench.engine.models import load_model, load_tokenizer, prepare_model
-from mrbench.tasks import build_task
+from mrbench.engine.models import load_model, load_tokenizer, model_task_settings, prepare_model
+from mrbench.kit.keyvalue import parse_key_values
+from mrbench.tasks import build_task, get_task_entry
 
 TARGET = 0.05
 
 
-def seconds_per_step(trainer_cls, model_path, task, steps, extra) -> tuple[float, float]:
+def seconds_per_step(
+    trainer_cls, model_path, task, steps, extra, batch=(4, 8), lr=5e-4
+) -> tuple[float, float]:
     """(seconds per step, seconds per step spent in the shadow estimators, 0 without them)."""
     tok = load_tokenizer(model_path)
     rows = [{"prompt": s.prompt, **s.columns} for s in task.train_samples()]
@@ -41,10 +49,10 @@ def seconds_per_step(trainer_cls, model_path, task, steps, extra) -> tuple[float
         cfg = GRPOConfig(
             output_dir=out,
             max_steps=steps,
-            per_device_train_batch_size=32,
-            num_generations=8,
+            per_device_train_batch_size=batch[0] * batch[1],
+            num_generations=batch[1],
             max_completion_length=task.max_completion_tokens,
-            learning_rate=5e-4,
+            learning_rate=lr,
             lr_scheduler_type="constant",
             logging_steps=1,
             report_to=[],
@@ -93,10 +101,17 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--task", default="tool-calling")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per step")
+    parser.add_argument("--generations", type=int, default=8, help="completions per prompt (G)")
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     model_path = prepare_model(args.model)
-    task = build_task(args.task)
+    accepted = get_task_entry(args.task).params
+    built_for = {k: v for k, v in model_task_settings(args.model).items() if k in accepted}
+    task = build_task(args.task, {**built_for, **parse_key_values(args.task_param, flag="--task-param")})
+    shape = (args.prompts, args.generations)
     ours = {"method_fn": methods.get_method("grpo").obj, "method_params": {"eps": 1e-4}}
     arms = {
         "TRL GRPOTrainer": (GRPOTrainer, {}),
@@ -106,10 +121,12 @@ def main() -> int:
     shadows = list(resolve_shadows(ours["method_fn"], None))
     runs: dict[str, list[float]] = {name: [] for name in arms}
     shadow_runs: list[float] = []
-    seconds_per_step(GRPOTrainer, model_path, task, 2, {})  # warm-up: imports, allocator, kernels
+    seconds_per_step(GRPOTrainer, model_path, task, 2, {}, shape, args.lr)  # warm-up: imports, allocator
     for _ in range(args.repeats):
         for name, (cls, extra) in arms.items():
-            per_step, shadow_per_step = seconds_per_step(cls, model_path, task, args.steps, extra)
+            per_step, shadow_per_step = seconds_per_step(
+                cls, model_path, task, args.steps, extra, shape, args.lr
+            )
             runs[name].append(per_step)
             if shadow_per_step:
                 shadow_runs.append(shadow_per_step / per_step)
@@ -119,7 +136,8 @@ def main() -> int:
     shadow_share = statistics.median(shadow_runs)
     print(
         f"model {args.model}, task {args.task}, {args.steps} steps"
-        f" × {args.repeats} alternating repeats, 4×8 batch; shadows: {', '.join(shadows)}"
+        f" × {args.repeats} alternating repeats, {args.prompts}×{args.generations} batch;"
+        f" shadows: {', '.join(shadows)}"
     )
     print("| trainer | median s/step | all runs (s/step) |")
     print("|---|---|---|")

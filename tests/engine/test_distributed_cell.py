@@ -58,9 +58,14 @@ class FixedRolloutTask(ToolCallingTask):
         return {"rollout": rollout}
 
 
-def fixed_rollout_task(*, n_train: int = 16, n_eval: int = 2) -> FixedRolloutTask:
+def fixed_rollout_task(*, n_train: int = 16, n_eval: int = 2, prompt_style: str = "chat") -> FixedRolloutTask:
     return FixedRolloutTask(
-        n_train=n_train, n_eval=n_eval, seed=0, dataset="embedded", max_completion_tokens=0
+        n_train=n_train,
+        n_eval=n_eval,
+        seed=0,
+        dataset="embedded",
+        max_completion_tokens=0,
+        prompt_style=prompt_style,
     )
 
 
@@ -110,6 +115,14 @@ def _metrics(client: MlflowClient, run_id: str) -> dict[tuple[str, int], float]:
 
 @pytest.mark.slow
 def test_two_processes_train_like_one(micro_model_dir, tmp_path, monkeypatch):
+    two_processes_train_like_one(micro_model_dir, tmp_path, monkeypatch, learning_rate=1e-3)
+
+
+def two_processes_train_like_one(
+    model_dir: Path, tmp_path: Path, monkeypatch: Any, learning_rate: float
+) -> None:
+    """The fixed-rollout cell of ``model_dir`` trained by 2 gloo processes and by 1: the same
+    advantages on every generation batch and the same MLflow metrics."""
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
@@ -121,9 +134,9 @@ def test_two_processes_train_like_one(micro_model_dir, tmp_path, monkeypatch):
         "prompts_per_step": 2,
         "eval_limit": 1,
         "max_completion_length": 48,
-        "learning_rate": 1e-3,
+        "learning_rate": learning_rate,
     }
-    spec = resolve_spec("gdpo", TASK, str(micro_model_dir), 0, train=train)
+    spec = resolve_spec("gdpo", TASK, str(model_dir), 0, train=train)
     common = {"tracking_uri": uri, "progress": False, "save": "none"}
 
     one_dir, two_dir = tmp_path / "one", tmp_path / "two"

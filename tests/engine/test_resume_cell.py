@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,6 +38,21 @@ TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
 # The cell is killed after it (checkpoints at 5, 10 and 15), while steps 11-15 run.
 STEPS, EVERY, KILL_AFTER = 16, 5, 10
 TRAIN = {"steps": str(STEPS), "num_generations": "2", "prompts_per_step": "2", "eval_limit": "4"}
+
+
+@dataclass(frozen=True)
+class KillPlan:
+    """The cell a SIGKILL test runs (tool calling: its rewards are exact, so two runs compare bit
+    for bit) and when it is killed: after checkpoint ``kill_after``, while later steps run."""
+
+    task_params: dict[str, str]
+    train: dict[str, str]
+    steps: int
+    every: int
+    kill_after: int
+
+
+MICRO_PLAN = KillPlan(TASK_PARAMS, TRAIN, STEPS, EVERY, KILL_AFTER)
 LOSS = layout.step_metric("loss")
 # Wall-clock figures: they differ between any two runs.
 TIMING = ("perf/", "train/step_time", "train/train_runtime", "train/train_samples_per_second")
@@ -97,15 +113,15 @@ def _assert_same_training(uri_a: str, uri_b: str, experiment: str, steps: int, t
 # ------------------------------------------------------------------ a real cell, killed with SIGKILL
 
 
-def _cell_command(model_dir: Path, uri: str) -> list[str]:
+def _cell_command(model_dir: Path, uri: str, plan: KillPlan = MICRO_PLAN) -> list[str]:
     args = [sys.executable, "-m", "mrbench", "run", "--method", "gdpo", "--model", str(model_dir)]
     args += ["--seed", "1", "--tracking-uri", uri, "--experiment", "resume", "--quiet"]
-    args += ["--checkpoint-every", str(EVERY)]
-    args += [x for k, v in TASK_PARAMS.items() for x in ("--task-param", f"{k}={v}")]
-    return args + [x for k, v in TRAIN.items() for x in ("--train", f"{k}={v}")]
+    args += ["--checkpoint-every", str(plan.every)]
+    args += [x for k, v in plan.task_params.items() for x in ("--task-param", f"{k}={v}")]
+    return args + [x for k, v in plan.train.items() for x in ("--train", f"{k}={v}")]
 
 
-def _start(model_dir: Path, root: Path, name: str) -> subprocess.Popen:
+def _start(model_dir: Path, root: Path, name: str, plan: KillPlan = MICRO_PLAN) -> subprocess.Popen:
     root.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MRBENCH_RESULTS": str(root / "results"), "OMP_NUM_THREADS": "1"}
     env.pop(resume.CHECKPOINT_EVERY_ENV, None)
@@ -114,7 +130,9 @@ def _start(model_dir: Path, root: Path, name: str) -> subprocess.Popen:
     # The store exists before the cell starts: the test's own client, opened while the cell created
     # the tables, would race it (mrbench's creation lock serialises mrbench processes only).
     MlflowClient(uri).search_experiments(max_results=1)
-    return subprocess.Popen(_cell_command(model_dir, uri), stdout=log, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(
+        _cell_command(model_dir, uri, plan), stdout=log, stderr=subprocess.STDOUT, env=env
+    )
 
 
 def _complete_checkpoints(root: Path) -> list[int]:
@@ -122,20 +140,22 @@ def _complete_checkpoints(root: Path) -> list[int]:
     return sorted(int(marker.parent.name.removeprefix("checkpoint-")) for marker in found)
 
 
-def _kill_after_checkpoint(proc: subprocess.Popen, root: Path, timeout_s: float = 300) -> tuple[int, int]:
-    """SIGKILL ``proc`` once checkpoint ``KILL_AFTER`` is the newest complete one and a later step
-    is logged; return the newest complete checkpoint's step and the last step the cell logged.
+def _kill_after_checkpoint(
+    proc: subprocess.Popen, root: Path, timeout_s: float = 300, plan: KillPlan = MICRO_PLAN
+) -> tuple[int, int]:
+    """SIGKILL ``proc`` once checkpoint ``plan.kill_after`` is the newest complete one and a later
+    step is logged; return the newest complete checkpoint's step and the last step the cell logged.
 
-    The next checkpoint comes ``EVERY`` steps later: a window of several steps, where killing after
-    the last checkpoint would leave only the final steps and the evaluation, which a quick cell can
-    finish first.
+    The next checkpoint comes ``plan.every`` steps later: a window of several steps, where killing
+    after the last checkpoint would leave only the final steps and the evaluation, which a quick
+    cell can finish first.
     """
     client = MlflowClient(f"sqlite:///{root}/mlflow.db")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, (root / "killed.log").read_text()[-3000:]
         complete = _complete_checkpoints(root)
-        if complete and complete[-1] == KILL_AFTER:
+        if complete and complete[-1] == plan.kill_after:
             run = _only_run(f"sqlite:///{root}/mlflow.db", "resume")
             logged = [m.step for m in client.get_metric_history(run.info.run_id, LOSS)]
             if max(logged, default=0) > complete[-1]:
@@ -149,7 +169,13 @@ def _kill_after_checkpoint(proc: subprocess.Popen, root: Path, timeout_s: float 
 
 
 def _assert_resumed_like_whole(
-    killed: Path, whole: Path, run_id: str, checkpoint: int, last_logged: int, steps: int, tmp: Path
+    killed: Path,
+    whole: Path,
+    run_id: str,
+    checkpoint: int,
+    last_logged: int,
+    steps: int,
+    tmp: Path,
 ) -> None:
     """The killed cell's rerun continued run ``run_id`` from ``checkpoint`` and ended as the
     uninterrupted cell in ``whole`` did (both stores under their folder, experiment "resume")."""
@@ -169,22 +195,28 @@ def _assert_resumed_like_whole(
     assert not list(cell.glob("checkpoint-*"))  # FINISHED: the training state is gone
 
 
+def kill_and_resume(model_dir: Path, tmp_path: Path, plan: KillPlan, timeout_s: float = 600) -> None:
+    """Run ``plan``'s cell whole and, beside it, killed with SIGKILL after a checkpoint and run
+    again: the rerun continues the same run and ends bit for bit as the whole one."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    reference = _start(model_dir, whole, "whole", plan)  # alongside: it shares nothing with the other
+    victim = _start(model_dir, killed, "killed", plan)
+    checkpoint, last_logged = _kill_after_checkpoint(victim, killed, timeout_s, plan)
+    uri = f"sqlite:///{killed}/mlflow.db"
+    run_id = _only_run(uri, "resume").info.run_id
+    assert _only_run(uri, "resume").info.status == "RUNNING"  # nothing ended it: the process died
+    assert reference.wait(timeout=timeout_s) == 0, (whole / "whole.log").read_text()[-3000:]
+
+    again = _start(model_dir, killed, "again", plan)
+    assert again.wait(timeout=timeout_s) == 0, (killed / "again.log").read_text()[-3000:]
+    _assert_resumed_like_whole(killed, whole, run_id, checkpoint, last_logged, plan.steps, tmp_path)
+
+
 @pytest.mark.slow
 def test_a_cell_killed_with_sigkill_resumes_in_the_same_run_and_ends_as_an_uninterrupted_one(
     micro_model_dir: Path, tmp_path: Path
 ) -> None:
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    reference = _start(micro_model_dir, whole, "whole")  # alongside: it shares nothing with the other
-    victim = _start(micro_model_dir, killed, "killed")
-    checkpoint, last_logged = _kill_after_checkpoint(victim, killed)
-    uri = f"sqlite:///{killed}/mlflow.db"
-    run_id = _only_run(uri, "resume").info.run_id
-    assert _only_run(uri, "resume").info.status == "RUNNING"  # nothing ended it: the process died
-    assert reference.wait(timeout=600) == 0, (whole / "whole.log").read_text()[-3000:]
-
-    again = _start(micro_model_dir, killed, "again")
-    assert again.wait(timeout=600) == 0, (killed / "again.log").read_text()[-3000:]
-    _assert_resumed_like_whole(killed, whole, run_id, checkpoint, last_logged, STEPS, tmp_path)
+    kill_and_resume(micro_model_dir, tmp_path, MICRO_PLAN)
 
 
 # ------------------------------------------------------------------ in-process: Ctrl-C, resume, corruption
