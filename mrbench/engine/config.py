@@ -18,8 +18,6 @@ from mrbench.core import layout
 from mrbench.core.errors import UserError
 
 RUN_KEY_VERSION = 1  # bump when the meaning of a spec field changes, to invalidate old run keys
-PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp32")
-"""The ``precision`` train setting (see :func:`mrbench.engine.models.mixed_precision`)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +74,8 @@ class TrainSettings:
                 bound, inclusive = minimum[f.name]
                 if not (value >= bound if inclusive else value > bound):
                     problems.append(f"{f.name}={value!r} (must be {'>=' if inclusive else '>'} {bound})")
+        from mrbench.engine.models import PRECISIONS
+
         if self.precision not in PRECISIONS:
             problems.append(f"precision={self.precision!r} (choose from {', '.join(PRECISIONS)})")
         if problems:

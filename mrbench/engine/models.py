@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.engine.config import PRECISIONS
 from mrbench.engine.pretrained import MODEL_MARKER, PRETRAINED_PRESETS, prepare_pretrained
 from mrbench.engine.tiny import TINY_PRESETS, TINY_TASK_SETTINGS, prepare_tiny
 from mrbench.engine.tracking import results_dir
@@ -141,6 +140,10 @@ def load_tokenizer(path: str) -> Any:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp32")
+"""The ``precision`` train setting (see :func:`mixed_precision`)."""
 
 
 def bf16_supported() -> bool:
