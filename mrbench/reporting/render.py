@@ -12,6 +12,7 @@ import math
 from collections import Counter
 
 from mrbench.core import layout
+from mrbench.engine.pretrained import PRETRAINED_PRESETS
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.select import cell_label
 
@@ -88,6 +89,10 @@ def header(ctx: ReportContext) -> list[str]:
         f"| cells (method × task × model) | {n_cells}: {len(ctx.methods)} methods × "
         f"{len(ctx.tasks)} tasks, {len(runs)} runs used |"
     )
+    used = dict.fromkeys(layout.read_tag(r.tags, layout.MODEL) for r in runs)
+    for model in used:
+        if model in PRETRAINED_PRESETS:  # a quantised real model: every figure below is of that
+            lines.append(f"| model `{model}` | {PRETRAINED_PRESETS[model].description} |")
     lines.append(
         "| seeds per cell | "
         + ", ".join(
