@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.test_distributed_cell import two_processes_train_like_one
-from tests.engine.test_resume_cell import KillPlan, kill_and_resume
+from test_distributed_cell import two_processes_train_like_one
+from test_resume_cell import KillPlan, kill_and_resume
 
 pytestmark = pytest.mark.slow
 
