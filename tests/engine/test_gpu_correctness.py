@@ -17,6 +17,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
+from test_distributed_cell import TASK as DISTRIBUTED_TASK
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
@@ -26,7 +27,7 @@ from mrbench.engine.devices import gpus_for_slot, pin_for_cell, visible_gpus
 from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
 REPO = Path(__file__).resolve().parents[2]
-FIXED = "tests.engine.test_distributed_cell:fixed_rollout_task"  # rewards that differ within groups
+FIXED = DISTRIBUTED_TASK  # rewards that differ within groups
 SMALL = {"num_generations": "4", "prompts_per_step": "2", "eval_limit": "1"}
 
 

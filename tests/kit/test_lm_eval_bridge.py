@@ -137,7 +137,7 @@ def test_worked_examples_become_lm_evals_few_shot_turns(gen: HFGenerator, tmp_pa
     examples, and the prompt the model sees is exactly the sample's (inline and exported)."""
     shots = [("Weather in Oslo?", "<tool_call>oslo</tool_call>"), ("Thanks!", "<response>ok</response>")]
     samples = [_with_shots(s, shots) for s in make_samples()]
-    common = dict(score_fn="tests.kit.test_lm_eval_bridge:length_score", metric_names=["chars"])
+    common = dict(score_fn=f"{__name__}:length_score", metric_names=["chars"])
     inline = run_generation_task(gen, samples, task_name="bridge_shots", max_new_tokens=8, **common)
     assert inline.completions == [direct_greedy(gen, s, 8) for s in samples]
     # The examples change what the model writes: they are in the prompt, not dropped.
