@@ -119,7 +119,11 @@ def test_two_processes_train_like_one(micro_model_dir, tmp_path, monkeypatch):
 
 
 def two_processes_train_like_one(
-    model_dir: Path, tmp_path: Path, monkeypatch: Any, learning_rate: float
+    model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: Any,
+    learning_rate: float,
+    task_params: dict[str, Any] | None = None,
 ) -> None:
     """The fixed-rollout cell of ``model_dir`` trained by 2 gloo processes and by 1: the same
     advantages on every generation batch and the same MLflow metrics."""
@@ -136,7 +140,7 @@ def two_processes_train_like_one(
         "max_completion_length": 48,
         "learning_rate": learning_rate,
     }
-    spec = resolve_spec("gdpo", TASK, str(model_dir), 0, train=train)
+    spec = resolve_spec("gdpo", TASK, str(model_dir), 0, task_params=task_params, train=train)
     common = {"tracking_uri": uri, "progress": False, "save": "none"}
 
     one_dir, two_dir = tmp_path / "one", tmp_path / "two"
