@@ -4,6 +4,7 @@ one line with their primary metric before → after, failed ones name their log.
 from __future__ import annotations
 
 import io
+import re
 
 from fakes import fake_cell, fake_resolve_spec
 from rich.console import Console
@@ -73,24 +74,27 @@ def test_plain_console_prints_a_running_cells_step_when_it_changes(tmp_path, mon
     screen = Console(file=io.StringIO(), width=200)
     progress = SweepProgress(screen, total=1, workers=1, live=False)
 
-    def wait_for(text: str) -> None:
+    def wait_for(pattern: str) -> None:
+        """A line matching ``pattern``. The printer polls the file while the test writes it, so the
+        line shows the count it first saw of the phase (0 when it looked between start and
+        update): the contract is one line per phase change, not its count."""
         deadline = time.monotonic() + 10
-        while text not in _text(screen) and time.monotonic() < deadline:
+        while not re.search(pattern, _text(screen), re.M) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert text in _text(screen)
+        assert re.search(pattern, _text(screen), re.M), _text(screen)
 
     try:
         progress.start(cell)
         with phases.progress_file(cell_folder(cell) / phases.PROGRESS_NAME):
             build = phases.start("warm start", 1000, "steps")
             build.update(384)
-            wait_for(f"  {cell.label}: warm start 384/1000 steps")
+            wait_for(rf"^  {re.escape(cell.label)}: warm start (0|384)/1000 steps")
             build.update(500)  # same step, within PLAIN_EVERY_S: no second line
             time.sleep(0.2)
             build.end()
             train = phases.start("train", 30, "steps")
             train.update(3)
-            wait_for(f"  {cell.label}: train 3/30 steps")
+            wait_for(rf"^  {re.escape(cell.label)}: train (0|3)/30 steps")
     finally:
         progress.close()
     assert "warm start 500/1000" not in _text(screen)
