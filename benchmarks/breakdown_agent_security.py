@@ -98,7 +98,7 @@ def main() -> int:
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--window", type=int, default=10, help="steps averaged at each end of training")
     args = parser.parse_args()
-    from mrbench.engine.tracking import resolve_tracking_uri
+    from mrbench.store.local import resolve_tracking_uri
 
     uri = resolve_tracking_uri(args.tracking_uri)
     try:

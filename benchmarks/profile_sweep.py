@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
 from mrbench.core.layout import PERF_EVAL_S, PERF_MODEL_PREPARE_S, PERF_TRAIN_S, PERF_WALL_S
-from mrbench.engine.tracking import resolve_tracking_uri
+from mrbench.store.local import resolve_tracking_uri
 
 
 def _median(values: list[float]) -> float:

@@ -294,7 +294,7 @@ def fake_cell(
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    from mrbench.engine.tracking import ensure_experiment
+    from mrbench.store.client import ensure_experiment
 
     started = time.perf_counter()
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -366,7 +366,7 @@ def synthetic_sweep(
     (the report labels such variants apart). Cells whose label matches a pattern in ``failed`` end FAILED."""
     from mlflow.tracking import MlflowClient
 
-    from mrbench.engine.tracking import ensure_experiment
+    from mrbench.store.client import ensure_experiment
     from mrbench.sweeps.cell import Cell
     from mrbench.sweeps.parent import finish_parent_run, start_parent_run
     from mrbench.sweeps.spec import SweepSpec

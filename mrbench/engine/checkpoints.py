@@ -22,7 +22,7 @@ again replaces its checkpoint.
 A moved results folder: ``record.json`` also names the results folder it was written in, and reading
 it in another one (the folder was moved) re-roots its paths under that folder — the store it names
 when that was the folder's own ``mlflow.db``, the ``checkpoint_dir`` of its result and of its pending
-params — so the rerun finishes the run in the moved store (see :mod:`mrbench.engine.tracking`).
+params — so the rerun finishes the run in the moved store (see :mod:`mrbench.store.local`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from typing import Any
 from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.engine.pretrained import MODEL_MARKER
-from mrbench.engine.tracking import STORE_DB, results_dir
+from mrbench.store.local import results_dir
+from mrbench.store.uri import store_uri
 
 SAVE_MODES = "none | final | every:N"
 RECORD_VERSION = 1
@@ -160,8 +161,8 @@ def _reroot_record(record: dict[str, Any], old: Path, new: Path) -> None:
     def moved(path: str) -> str:
         return str(new / Path(path).relative_to(old)) if Path(path).is_relative_to(old) else path
 
-    if record.get("tracking_uri") == f"sqlite:///{old / STORE_DB}":
-        record["tracking_uri"] = f"sqlite:///{new / STORE_DB}"
+    if record.get("tracking_uri") == store_uri(old):
+        record["tracking_uri"] = store_uri(new)
     result = record.get("result") or {}
     if result.get("checkpoint_dir"):
         result["checkpoint_dir"] = moved(result["checkpoint_dir"])

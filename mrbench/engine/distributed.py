@@ -185,9 +185,9 @@ class ReplicaFolder(CellFolder):
 
 
 def rank_client(tracking_uri: str, retry_s: float | None) -> Any:
-    """The tracking client of this process: a :class:`~mrbench.engine.tracking.RetryingClient` on
+    """The tracking client of this process: a :class:`~mrbench.store.client.RetryingClient` on
     rank 0, a :class:`SilentClient` on the other ranks of a multi-process cell."""
-    from mrbench.engine.tracking import RetryingClient
+    from mrbench.store.client import RetryingClient
 
     return RetryingClient(tracking_uri, retry_s) if is_main_process() else SilentClient(rank())
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mrbench.engine.tracking import results_dir
+from mrbench.store.local import results_dir
 
 CACHE_VERSION = 1
 

@@ -63,14 +63,9 @@ from typing import Any
 from mrbench.core import layout
 from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
-from mrbench.engine.tracking import (
-    RetryingClient,
-    RunLog,
-    check_tracking_reachable,
-    end_run_quietly,
-    ensure_experiment,
-    git_sha,
-)
+from mrbench.core.provenance import git_sha
+from mrbench.engine.tracking import RunLog, end_run_quietly
+from mrbench.store.client import RetryingClient, check_tracking_reachable, ensure_experiment
 
 RUN_PREFIX = "run:"
 """``--model run:<run id>``: the checkpoint the cell of that run saved."""

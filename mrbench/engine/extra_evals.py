@@ -60,7 +60,8 @@ from mrbench.engine.evaluation import (
     task_settings,
     with_pass_at_k,
 )
-from mrbench.engine.tracking import RetryingClient, RunLog
+from mrbench.engine.tracking import RunLog
+from mrbench.store.client import RetryingClient
 
 Say = Callable[[str], None]
 

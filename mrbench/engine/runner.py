@@ -12,7 +12,7 @@ steps, ``"none"`` nothing; the run records it in its ``save`` and ``checkpoint_d
 Tracking-store outages:
 
 1. Every call to the store is retried with backoff for ``tracking_retry_s`` seconds (default
-   300, or ``$MRBENCH_TRACKING_RETRY_S``; :class:`~mrbench.engine.tracking.RetryingClient`), so
+   300, or ``$MRBENCH_TRACKING_RETRY_S``; :class:`~mrbench.store.client.RetryingClient`), so
    a server restart costs nothing.
 2. Past that bound the run's log goes offline (:class:`~mrbench.engine.tracking.RunLog`):
    training and evaluation go on, and everything is kept to be sent at the end, when the store
@@ -20,7 +20,7 @@ Tracking-store outages:
 3. If it is still unreachable then, the checkpoint is on disk (per ``save``), what the run could
    not log is in ``<results>/checkpoints/<run_key>/pending/`` (``record.json`` and the artifact
    files it names), the run stays RUNNING in the store, and
-   :class:`~mrbench.engine.tracking.TrackingUnavailable` names both folders.
+   :class:`~mrbench.store.client.TrackingUnavailable` names both folders.
 4. Running the same cell again (same run key and store: the same ``mrbench run`` command, or a
    resumed sweep) finds ``record.json``, sends it to that same run, ends the run FINISHED and
    returns its result (``recovered``) without loading a model or training. If the store is
@@ -44,19 +44,14 @@ from typing import Any
 from mrbench.core import layout
 from mrbench.core.contracts import EvalResult, Sample, Task
 from mrbench.core.errors import UserError
+from mrbench.core.provenance import git_sha
 from mrbench.engine import console, eval_cache, phases, resume
 from mrbench.engine.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
 from mrbench.engine.config import RunSpec
 from mrbench.engine.distributed import per_process, rank_client, rank_folder
 from mrbench.engine.evaluation import evaluate_model, load_policy
-from mrbench.engine.tracking import (
-    RetryingClient,
-    RunLog,
-    TrackingUnavailable,
-    end_run_quietly,
-    ensure_experiment,
-    git_sha,
-)
+from mrbench.engine.tracking import RunLog, end_run_quietly
+from mrbench.store.client import RetryingClient, TrackingUnavailable, ensure_experiment
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ statistics), :mod:`~mrbench.lab.summary` / :mod:`~mrbench.lab.figures` (the repo
 :mod:`~mrbench.lab.correlation` (the nearest correlation matrix), :mod:`~mrbench.lab.in_sweep` (the
 lab as part of ``mrbench sweep``).
 
-The lab stands on the core, the methods, :mod:`mrbench.reporting` (statistics; the store and the
-report's run selection in ``smoke_corr``) and :mod:`mrbench.engine.tracking`; the CLI and the sweeps
+The lab stands on the core, the methods, :mod:`mrbench.store` (finding and reading a store) and
+:mod:`mrbench.reporting` (statistics; the report's run selection in ``smoke_corr``); the CLI and the sweeps
 (:mod:`mrbench.lab.in_sweep`: a sweep's ``lab`` scenarios) import it. Names below are imported on
 first use.
 """

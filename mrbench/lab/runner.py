@@ -44,9 +44,10 @@ def run_lab(
 ) -> LabOutcome:
     """Simulate ``scenario`` with ``seeds`` seeds (0 … seeds − 1), write ``summary.md`` and figures
     into ``out`` (default :func:`default_out`) and log the run to the MLflow store ``tracking_uri``
-    (default :func:`mrbench.engine.tracking.resolve_tracking_uri`). Method names and the store are
+    (default :func:`mrbench.store.local.resolve_tracking_uri`). Method names and the store are
     checked before anything runs."""
-    from mrbench.engine.tracking import check_tracking_reachable, resolve_tracking_uri
+    from mrbench.store.client import check_tracking_reachable
+    from mrbench.store.local import resolve_tracking_uri
 
     load_estimators(scenario, methods)
     uri = resolve_tracking_uri(tracking_uri)

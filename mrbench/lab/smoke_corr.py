@@ -46,7 +46,6 @@ import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -54,7 +53,8 @@ from mrbench.core.errors import UserError
 from mrbench.lab.correlation import EIGEN_FLOOR, nearest_correlation, printable_decimals
 from mrbench.reporting.context import ReportContext, load_context
 from mrbench.reporting.figures import diagnostic_means
-from mrbench.reporting.store import open_reader
+from mrbench.store.reader import open_reader
+from mrbench.store.uri import missing_sqlite_store, sqlite_path
 
 DEFAULT_SWEEP = "smoke"
 PRESET_MATRICES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -110,15 +110,15 @@ def sweep_correlations(ctx: ReportContext) -> dict[str, TaskCorrelation]:
 
 def read_correlations(sweep: str, tracking_uri: str | None = None) -> dict[str, TaskCorrelation]:
     """:func:`sweep_correlations` of sweep ``sweep`` in the store ``tracking_uri`` (default
-    :func:`mrbench.engine.tracking.resolve_tracking_uri`). Reads only: a missing store, an unreachable
+    :func:`mrbench.store.local.resolve_tracking_uri`). Reads only: a missing store, an unreachable
     server or an unknown sweep is a :class:`UserError`."""
-    from mrbench.engine.tracking import check_tracking_reachable, resolve_tracking_uri
+    from mrbench.store.client import check_tracking_reachable
+    from mrbench.store.local import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
-    if uri.startswith("sqlite:///"):
-        if not Path(uri.removeprefix("sqlite:///")).exists():
-            raise UserError(f"no tracking store at {uri!r}: pass --tracking-uri with the sweep's store")
-    else:
+    if missing_sqlite_store(uri):
+        raise UserError(f"no tracking store at {uri!r}: pass --tracking-uri with the sweep's store")
+    if sqlite_path(uri) is None:
         check_tracking_reachable(uri)
     reader = open_reader(uri)
     try:

@@ -132,7 +132,8 @@ def log_lab(
     from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
-    from mrbench.engine.tracking import ensure_experiment, git_sha
+    from mrbench.core.provenance import git_sha
+    from mrbench.store.client import ensure_experiment
 
     scenario = result.scenario
     experiment = layout.lab_experiment(scenario.name)

@@ -1,6 +1,6 @@
 """``mrbench report SWEEP``: a markdown report with statistics and figures, from MLflow only.
 
-Reads every run of the sweep's experiment (:mod:`mrbench.reporting.store`), keeps the latest FINISHED
+Reads every run of the sweep's experiment (:mod:`mrbench.store.reader`), keeps the latest FINISHED
 run per run key (and per method × task × model × seed; :mod:`mrbench.reporting.select`; a run key
 with several FINISHED runs is warned about), and writes
 ``report.md`` plus PNGs into ``reports/<sweep>/`` — also logged to the sweep's parent run under
@@ -37,7 +37,8 @@ from mrbench.reporting.lab_section import lab_section
 from mrbench.reporting.render import config_details, header, warnings
 from mrbench.reporting.results import results
 from mrbench.reporting.scaling import scaling_section
-from mrbench.reporting.store import Reader, RunRecord, local_artifact_path, open_reader
+from mrbench.store.reader import Reader, RunRecord, open_reader
+from mrbench.store.uri import local_path, missing_sqlite_store
 
 
 def write_report(
@@ -67,7 +68,7 @@ def write_report(
 
 def _report_command(sweep: str, tracking_uri: str, out: Path) -> tuple[str, str]:
     """The command that regenerates this report, and how the store is described."""
-    from mrbench.engine.tracking import resolve_tracking_uri
+    from mrbench.store.local import resolve_tracking_uri
 
     parts = ["mrbench", "report", sweep]
     if tracking_uri != resolve_tracking_uri(None):
@@ -109,11 +110,11 @@ def build_report(
     Logs the folder to ``parent_run_id`` (default: the sweep's latest parent run) under
     ``report/``. Raises UserError if the sweep's experiment does not exist.
     """
-    from mrbench.engine.tracking import resolve_tracking_uri
+    from mrbench.store.local import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     out = Path(out) if out is not None else Path("reports") / sweep
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+    if missing_sqlite_store(uri):
         raise UserError(f"no tracking store at {uri!r}: run a sweep first, or pass --tracking-uri")
     store = open_reader(uri, reader)
     try:
@@ -131,7 +132,7 @@ def build_report(
 def _log_to_run(tracking_uri: str, run_id: str, artifact_uri: str, files: list[Path]) -> None:
     """Log ``files`` under ``report/`` of run ``run_id``; a local artifact store is written through
     MLflow's local artifact repository directly (no tracking client to start: ~1 s saved)."""
-    if local_artifact_path(artifact_uri) is not None:
+    if local_path(artifact_uri) is not None:
         from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
 
         repo = LocalArtifactRepository(artifact_uri)

@@ -17,7 +17,7 @@ import numpy as np
 from mrbench.core import layout
 from mrbench.reporting import stats
 from mrbench.reporting.select import Selection, TaskInfo, ordered, select_runs, task_info
-from mrbench.reporting.store import History, Reader, RunRecord
+from mrbench.store.reader import History, Reader, RunRecord
 
 DIAG_RESOLUTION = "resolution"
 DIAG_SHADOW = "shadow"

@@ -13,7 +13,7 @@ from mrbench.reporting.context import ReportContext
 from mrbench.reporting.figures import FigureQueue, diagnostic_means, pareto_axes, pareto_panels
 from mrbench.reporting.render import fmt
 from mrbench.reporting.shadows import SHADOW_INTRO, shadow_lines
-from mrbench.reporting.store import RunRecord
+from mrbench.store.reader import RunRecord
 
 ZERO_VAR_GROUPS = "frac_zero_var_groups"
 """The advantage diagnostic (``adv/<name>``) with the fraction of groups without reward variance."""

@@ -16,7 +16,7 @@ from mrbench.reporting import stats
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.render import fmt, fmt_count
 from mrbench.reporting.select import TaskInfo
-from mrbench.reporting.store import RunRecord
+from mrbench.store.reader import RunRecord
 
 
 def extra_datasets(runs: list[RunRecord]) -> dict[str, set[str]]:

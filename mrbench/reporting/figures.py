@@ -24,7 +24,7 @@ from mrbench.reporting.context import ReportContext
 from mrbench.reporting.drawing import FigureJob, render
 from mrbench.reporting.plots import Band, ParetoPoint, ScalingSeries, method_colors
 from mrbench.reporting.select import TaskInfo
-from mrbench.reporting.store import History, RunRecord
+from mrbench.store.reader import History, RunRecord
 
 MAX_CURVE_POINTS = 300
 PARETO_AXES = {  # the trade-off each domain is about; other tasks use their first two components

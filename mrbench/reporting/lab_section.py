@@ -22,7 +22,7 @@ from mrbench.core import layout
 from mrbench.reporting import stats
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.render import fmt
-from mrbench.reporting.store import Reader, RunRecord
+from mrbench.store.reader import Reader, RunRecord
 
 REFERENCE = "grpo"
 OBJECTIVE = "objective"

@@ -12,7 +12,7 @@ import math
 from collections import Counter
 
 from mrbench.core import layout
-from mrbench.engine.pretrained import PRETRAINED_PRESETS
+from mrbench.core.pretrained import PRETRAINED_PRESETS
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.select import cell_label
 

@@ -19,7 +19,7 @@ from mrbench.reporting.context import ReportContext
 from mrbench.reporting.figures import FigureQueue, curve_panels
 from mrbench.reporting.render import fmt, fmt_count
 from mrbench.reporting.select import BASELINE, TaskInfo
-from mrbench.reporting.store import RunRecord
+from mrbench.store.reader import RunRecord
 
 Scores = dict[str, tuple[list[float], bool]]
 """Method label → (primary metric per seed, lower is better) of one task × model."""

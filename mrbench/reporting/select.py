@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mrbench.core import layout
-from mrbench.reporting.store import RunRecord
+from mrbench.store.reader import RunRecord
 
 BASELINE = "grpo"
 """The method every other is compared with (probability of improvement); listed first."""

@@ -28,7 +28,7 @@ from mrbench.reporting import stats
 from mrbench.reporting.context import DIAG_RESOLUTION, DIAG_SHADOW, ReportContext
 from mrbench.reporting.render import fmt
 from mrbench.reporting.select import ordered
-from mrbench.reporting.store import RunRecord
+from mrbench.store.reader import RunRecord
 
 SHADOW_INTRO = (
     "Shadow estimators: on every diagnosed batch the other methods' advantages are computed on the same "

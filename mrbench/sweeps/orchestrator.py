@@ -130,12 +130,8 @@ def run_sweep(
     """
     from rich.console import Console
 
-    from mrbench.engine.tracking import (
-        check_tracking_reachable,
-        ensure_experiment,
-        resolve_tracking_uri,
-        results_dir,
-    )
+    from mrbench.store.client import check_tracking_reachable, ensure_experiment
+    from mrbench.store.local import resolve_tracking_uri, results_dir
 
     console = console or Console()
     grid = expand_grid(spec, resolve)

@@ -66,7 +66,7 @@ def start_parent_run(
     """Create this invocation's parent run (tags, config params, sweep artifact); return its id."""
     from mlflow.entities import Param
 
-    from mrbench.engine.tracking import git_sha
+    from mrbench.core.provenance import git_sha
 
     versions = package_versions()
     values = {

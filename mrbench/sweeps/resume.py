@@ -12,11 +12,11 @@ each running those it claims first (:mod:`mrbench.sweeps.claims`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from mrbench.core import layout
 from mrbench.engine.resume import resumable_step
+from mrbench.store.uri import missing_sqlite_store
 from mrbench.sweeps.cell import Cell
 from mrbench.sweeps.liveness import Invocation, is_alive, is_sweep_run
 
@@ -86,7 +86,7 @@ def resume_states(client: Any, experiment_id: str, cells: list[Cell], *, mark_st
 
 def peek_states(uri: str, name: str, cells: list[Cell]) -> dict[str, str] | None:
     """Resume states for a dry run, read-only; None when the store does not exist yet or is unreachable."""
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+    if missing_sqlite_store(uri):
         return None
     try:
         from mlflow.tracking import MlflowClient

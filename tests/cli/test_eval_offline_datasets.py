@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 import mrbench.core.layout as layout
 from mrbench.cli import app as cli_app
-from mrbench.engine.tracking import results_dir
+from mrbench.store.local import results_dir
 from mrbench.tasks.tool_calling.bfcl import INSTALL_HINT
 from mrbench.tasks.tool_calling.task import DATASETS as TOOL_DATASETS
 

@@ -31,7 +31,7 @@ from mrbench.cli.commands.ui import (
 )
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.engine.tracking import ensure_experiment
+from mrbench.store.client import ensure_experiment
 
 
 def free_port() -> int:

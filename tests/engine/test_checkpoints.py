@@ -22,7 +22,8 @@ from mrbench.engine.checkpoints import (
 from mrbench.engine.config import RunSpec, resolve_spec
 from mrbench.engine.models import load_model, load_tokenizer
 from mrbench.engine.runner import run_cell
-from mrbench.engine.tracking import RetryingClient, RunLog, TrackingUnavailable, ensure_experiment
+from mrbench.engine.tracking import RunLog
+from mrbench.store.client import RetryingClient, TrackingUnavailable, ensure_experiment
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
 TRAIN = {"steps": "2", "num_generations": "2", "prompts_per_step": "2", "eval_limit": "4"}

@@ -35,7 +35,8 @@ from mrbench.engine.distributed import (
     rank_client,
     rank_folder,
 )
-from mrbench.engine.tracking import RetryingClient, RunLog, ensure_experiment
+from mrbench.engine.tracking import RunLog
+from mrbench.store.client import RetryingClient, ensure_experiment
 from mrbench.sweeps.cell import Cell, CellContext
 from mrbench.sweeps.cell_process import cell_payload, check_processes_per_cell
 from mrbench.sweeps.spec import build_sweep_spec

@@ -25,13 +25,9 @@ from mrbench.core import layout
 from mrbench.engine.checkpoints import CellFolder
 from mrbench.engine.config import RunSpec
 from mrbench.engine.runner import run_cell
-from mrbench.engine.tracking import (
-    check_tracking_reachable,
-    ensure_experiment,
-    reroot_moved_store,
-    resolve_tracking_uri,
-)
-from mrbench.reporting.store import open_reader
+from mrbench.store.client import check_tracking_reachable, ensure_experiment
+from mrbench.store.local import reroot_moved_store, resolve_tracking_uri
+from mrbench.store.reader import open_reader
 
 TESTS = Path(__file__).resolve().parents[1]
 FAKE_SWEEP_CLI = TESTS / "sweeps" / "fake_sweep_cli.py"

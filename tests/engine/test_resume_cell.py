@@ -30,8 +30,8 @@ from mrbench.engine import resume
 from mrbench.engine.checkpoints import CellFolder, parse_save
 from mrbench.engine.config import resolve_spec
 from mrbench.engine.runner import run_cell
-from mrbench.engine.tracking import RetryingClient, ensure_experiment
 from mrbench.engine.trainer import DiagnosticsAccumulator
+from mrbench.store.client import RetryingClient, ensure_experiment
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
 # 16 prompts, 2 per step: an epoch is 8 steps, so the checkpoint at step 10 resumes inside epoch 2.

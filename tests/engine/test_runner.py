@@ -7,7 +7,8 @@ from mlflow.tracking import MlflowClient
 import mrbench.core.layout as layout
 from mrbench.engine.config import resolve_spec
 from mrbench.engine.runner import MlflowStepLogger, cell_tags
-from mrbench.engine.tracking import RetryingClient, RunLog, ensure_experiment
+from mrbench.engine.tracking import RunLog
+from mrbench.store.client import RetryingClient, ensure_experiment
 from mrbench.tasks import build_task
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 CHILD = """
 import sys, time
 from pathlib import Path
-from mrbench.engine.tracking import check_tracking_reachable
+from mrbench.store.client import check_tracking_reachable
 go = Path(sys.argv[2])
 Path(sys.argv[3]).touch()
 while not go.exists():

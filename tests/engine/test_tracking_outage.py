@@ -23,11 +23,7 @@ from mlflow.tracking import MlflowClient
 from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.tracking import (
-    RetryingClient,
-    TrackingUnavailable,
-    check_tracking_reachable,
-)
+from mrbench.store.client import RetryingClient, TrackingUnavailable, check_tracking_reachable
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
 STEPS = 20  # ~0.15 s each on a CPU: the server dies while the cell trains (its logging then blocks)

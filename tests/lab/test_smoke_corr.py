@@ -25,7 +25,7 @@ from mrbench.lab.smoke_corr import (
     task_source,
 )
 from mrbench.reporting.select import cell_label
-from mrbench.reporting.store import open_reader
+from mrbench.store.reader import open_reader
 
 METHODS = ("grpo", "gdpo", "corrgrpo")
 TASKS = ("code-generation", "tool-calling", "agent-security")

@@ -16,7 +16,7 @@ from mrbench.reporting.context import ReportContext
 from mrbench.reporting.findings import findings, ranking
 from mrbench.reporting.select import ordered, select_runs, task_info
 from mrbench.reporting.shadows import shadow_lines, shadow_table
-from mrbench.reporting.store import RunRecord
+from mrbench.store.reader import RunRecord
 
 _clock = iter(range(1, 100_000))
 

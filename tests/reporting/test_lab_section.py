@@ -15,7 +15,7 @@ from mrbench.reporting.context import ReportContext, load_context
 from mrbench.reporting.lab_section import Compared, _words, lab_section, score_label
 from mrbench.reporting.render import fmt
 from mrbench.reporting.stats import Interval
-from mrbench.reporting.store import Reader, open_reader
+from mrbench.store.reader import Reader, open_reader
 
 SWEEP = "rep-lab"
 

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.engine.tracking import ensure_experiment
 from mrbench.reporting.build import build_report
+from mrbench.store.client import ensure_experiment
 
 
 @dataclass

@@ -20,7 +20,7 @@ from mrbench.reporting.select import (
     select_runs,
     task_info,
 )
-from mrbench.reporting.store import RunRecord
+from mrbench.store.reader import RunRecord
 
 _clock = iter(range(1, 10_000))
 

@@ -190,7 +190,7 @@ def test_stale_running_and_killed_runs_are_marked_and_rerun(store: str) -> None:
     spec = small("stale")
     cells = expand_grid(spec, fake_resolve_spec).cells
     client = MlflowClient(tracking_uri=store)
-    from mrbench.engine.tracking import ensure_experiment
+    from mrbench.store.client import ensure_experiment
 
     experiment_id = ensure_experiment("stale", store)
     # What a kill -9 leaves behind: a parent and a child still RUNNING (their process is gone),

@@ -35,7 +35,7 @@ from sweep_testing import (
 )
 
 from mrbench.core import layout
-from mrbench.engine.tracking import ensure_experiment
+from mrbench.store.client import ensure_experiment
 from mrbench.sweeps.cell import Cell
 from mrbench.sweeps.claims import CellClaims
 from mrbench.sweeps.grid import expand_grid

@@ -74,8 +74,8 @@ def register(app: typer.Typer) -> None:
         import json
 
         from mrbench.engine.evaluation import EvalSpec, run_eval
-        from mrbench.engine.tracking import resolve_tracking_uri
         from mrbench.kit.keyvalue import parse_key_values
+        from mrbench.store.local import resolve_tracking_uri
 
         spec = EvalSpec(
             model=model,

@@ -22,13 +22,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write report.md and figures for SWEEP (statistics over seeds, curves, Pareto, diagnostics)."""
         from mrbench.core.errors import UserError
-        from mrbench.engine.tracking import check_tracking_reachable, resolve_tracking_uri
         from mrbench.reporting.build import build_report
+        from mrbench.store.client import check_tracking_reachable
+        from mrbench.store.local import resolve_tracking_uri
+        from mrbench.store.uri import sqlite_path
 
         folder = out if out is not None else Path("reports") / sweep
         check_output_folder(folder, "--out" if out is not None else "the report folder")
         uri = resolve_tracking_uri(tracking_uri)
-        if not uri.startswith("sqlite:///"):  # a missing sqlite store is reported by build_report
+        if sqlite_path(uri) is None:  # a missing sqlite store is reported by build_report
             check_tracking_reachable(uri)  # an unknown scheme or a server that does not answer
         try:
             path = build_report(sweep, tracking_uri=uri, out=out)

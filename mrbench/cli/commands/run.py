@@ -81,8 +81,9 @@ def register(app: typer.Typer) -> None:
         from mrbench.engine.models import check_model_available
         from mrbench.engine.resume import parse_checkpoint_every
         from mrbench.engine.runner import CellResult, run_cell
-        from mrbench.engine.tracking import check_tracking_reachable, resolve_tracking_uri, tracking_retry_s
         from mrbench.kit.keyvalue import parse_key_values
+        from mrbench.store.client import check_tracking_reachable, tracking_retry_s
+        from mrbench.store.local import resolve_tracking_uri
 
         overrides = parse_key_values(train, flag="--train")
         if steps is not None:

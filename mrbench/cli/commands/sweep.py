@@ -32,7 +32,7 @@ def sweep(
     from rich.console import Console
 
     from mrbench.engine import console
-    from mrbench.engine.tracking import results_dir
+    from mrbench.store.local import results_dir
     from mrbench.sweeps.executors.local import slug
     from mrbench.sweeps.orchestrator import run_sweep
     from mrbench.sweeps.spec import build_sweep_spec

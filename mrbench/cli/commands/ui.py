@@ -26,12 +26,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from mrbench.core import layout
+from mrbench.store.uri import missing_sqlite_store
 
 HOST = "127.0.0.1"  # loopback only: the UI has no authentication
 TRAINING_VIEW = "workflowType=machine_learning"  # the UI's Model-training pages, not GenAI's
@@ -179,7 +179,7 @@ def comparison_page(uri: str, base: str, sweep: str | None) -> str:
 
     from mrbench.core.errors import UserError
 
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+    if missing_sqlite_store(uri):
         if sweep is None:
             return page_url(base, None)
         raise UserError(f"no sweep {sweep!r}: the tracking store {uri!r} does not exist")
@@ -211,7 +211,8 @@ def register(app: typer.Typer) -> None:
         """Start the MLflow UI on the tracking store, opened on SWEEP's cells and their primary
         metric (Ctrl-C stops it)."""
         from mrbench.core.errors import UserError
-        from mrbench.engine.tracking import check_tracking_reachable, reroot_own_store, resolve_tracking_uri
+        from mrbench.store.client import check_tracking_reachable
+        from mrbench.store.local import reroot_own_store, resolve_tracking_uri
 
         uri = resolve_tracking_uri(tracking_uri)
         if uri.startswith(("http://", "https://")):  # its own UI: only the page to open is printed

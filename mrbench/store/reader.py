@@ -14,7 +14,7 @@ schema is not what it expects) and the client reader otherwise. Both read MLflow
 A moved results folder: for a sqlite store in folder ``S``, a run whose recorded artifact folder is
 elsewhere is read from ``S/artifacts/<run_id>/artifacts`` when that exists (the folder was moved or
 copied with its store), so reports work before anything re-rooted the store, and without writing it
-(see :mod:`mrbench.engine.tracking`, "Moving the results folder").
+(see :mod:`mrbench.store.local`, "Moving the results folder").
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from mrbench.engine.tracking import run_artifacts_folder
+from mrbench.store.uri import local_path, run_artifacts_folder, sqlite_path
 
 History = tuple[np.ndarray, np.ndarray]
 """``(steps [S] int, values [S] float)`` of one metric, ordered by step (last write per step wins)."""
@@ -63,29 +62,19 @@ def _history(rows: Iterable[tuple[int, float, int]]) -> History:
     return steps, values
 
 
-def local_artifact_path(artifact_uri: str) -> Path | None:
-    """The folder of a local artifact URI (``file://`` or a plain path); None for remote stores."""
-    if artifact_uri.startswith("file:"):
-        return Path(unquote(urlparse(artifact_uri).path))
-    if "://" not in artifact_uri and ":" not in artifact_uri.split("/", 1)[0]:
-        return Path(artifact_uri)
-    return None
-
-
 class _Reader:
     tracking_uri: str
 
     @property
     def store_folder(self) -> Path | None:
         """The folder of a sqlite store (its artifacts under ``artifacts/``); None for other stores."""
-        if not self.tracking_uri.startswith("sqlite:///"):
-            return None
-        return Path(self.tracking_uri.removeprefix("sqlite:///")).resolve().parent
+        db = sqlite_path(self.tracking_uri)
+        return None if db is None else db.resolve().parent
 
     def _artifact_uri(self, run_id: str, recorded: str) -> str:
         """``recorded``, or the run's artifact folder in this store's own folder when the recorded
         one is elsewhere and the own one exists (a moved or copied results folder)."""
-        folder, local = self.store_folder, local_artifact_path(recorded)
+        folder, local = self.store_folder, local_path(recorded)
         if folder is None or local is None:
             return recorded
         own = run_artifacts_folder(folder, run_id)
@@ -93,7 +82,7 @@ class _Reader:
 
     def read_json_artifact(self, run: RunRecord, path: str) -> Any | None:
         """A run's JSON artifact, or None if it does not exist or cannot be parsed."""
-        local = local_artifact_path(run.artifact_uri)
+        local = local_path(run.artifact_uri)
         try:
             if local is not None:
                 target = local / path
@@ -111,7 +100,7 @@ class _Reader:
 
     def read_json_artifacts(self, runs: list[RunRecord], path: str) -> dict[str, Any]:
         """``run_id → parsed JSON`` for the runs that have ``path``."""
-        workers = 1 if all(local_artifact_path(r.artifact_uri) is not None for r in runs) else 8
+        workers = 1 if all(local_path(r.artifact_uri) is not None for r in runs) else 8
         with ThreadPoolExecutor(max_workers=workers) as pool:
             values = list(pool.map(lambda r: self.read_json_artifact(r, path), runs))
         return {r.run_id: v for r, v in zip(runs, values, strict=True) if v is not None}
@@ -122,8 +111,8 @@ class SqliteReader(_Reader):
 
     def __init__(self, tracking_uri: str) -> None:
         self.tracking_uri = tracking_uri
-        path = Path(tracking_uri.removeprefix("sqlite:///"))
-        if not path.exists():
+        path = sqlite_path(tracking_uri)
+        if path is None or not path.exists():
             raise FileNotFoundError(path)
         self._db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
 
@@ -248,7 +237,7 @@ def open_reader(tracking_uri: str, kind: str = "auto") -> Reader:
     """The fastest reader for ``tracking_uri``: ``"sql"`` for sqlite stores, else ``"client"``."""
     if kind not in ("auto", "sql", "client"):
         raise ValueError(f"reader kind must be auto, sql or client, got {kind!r}")
-    if kind != "client" and tracking_uri.startswith("sqlite:///"):
+    if kind != "client" and sqlite_path(tracking_uri) is not None:
         try:
             reader = SqliteReader(tracking_uri)
             reader._db.execute("SELECT workspace FROM experiments LIMIT 1").fetchall()

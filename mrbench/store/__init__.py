@@ -1,0 +1,14 @@
+"""Where runs are kept: finding, opening, re-rooting, talking to and reading an MLflow store.
+
+One room below the training engine, so that the engine (which writes runs), the report and the lab
+(which read them) all reach a store the same way:
+
+- :mod:`.uri` — the one parser of tracking URIs and artifact locations, and the store's file names;
+- :mod:`.local` — the results folder, writability, re-rooting a moved results folder, the lock
+  that guards a new sqlite store;
+- :mod:`.client` — the reachability check, :class:`~.client.RetryingClient` (rides out an outage),
+  experiments;
+- :mod:`.reader` — bulk reads of an experiment's runs (SQL for sqlite stores, the client otherwise).
+
+It stands on :mod:`mrbench.core` and MLflow only.
+"""

@@ -1,0 +1,241 @@
+"""Talking to an MLflow store: a reachability check, a client that rides out an outage, experiments.
+
+Outages. A tracking server that restarts must not cost a run. :class:`RetryingClient` retries
+every call that fails for a reason a restart explains (no connection, a timeout, a 5xx/429
+answer) with exponential backoff for a bounded time, :func:`tracking_retry_s` (default
+:data:`DEFAULT_RETRY_S`, long enough for a server restart), then raises
+:class:`TrackingUnavailable`. The engine's :class:`~mrbench.engine.tracking.RunLog` logs through it
+and, past the bound, keeps everything locally instead of failing. :func:`check_tracking_reachable`'s
+short, no-retry settings apply to the check alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from mrbench.core import layout
+from mrbench.core.errors import UserError
+from mrbench.store.local import check_store_writable, reroot_own_store, results_dir, store_creation_lock
+from mrbench.store.uri import ARTIFACTS_DIR, is_local_store, sqlite_path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RETRY_S = 300.0
+"""How long a call to the store is retried by default: a server restart, with a wide margin."""
+RETRY_ENV = "MRBENCH_TRACKING_RETRY_S"
+"""Environment variable for the retry bound (how sweep workers get one; ``mrbench run --tracking-retry-s``
+passes its own)."""
+# Waits 1, 2, 4, 5, 5, ... s: a store that is back is used within 5 s; one request per 5 s costs it nothing.
+_BACKOFF_FIRST_S, _BACKOFF_MAX_S = 1.0, 5.0
+
+
+class TrackingUnavailable(UserError):
+    """The tracking store stayed unreachable past the retry bound; the message says what to do."""
+
+
+def tracking_retry_s(value: float | None = None) -> float:
+    """The retry bound in seconds: ``value``, else ``$MRBENCH_TRACKING_RETRY_S``, else
+    :data:`DEFAULT_RETRY_S`."""
+    raw: Any = value if value is not None else os.environ.get(RETRY_ENV, DEFAULT_RETRY_S)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise UserError(f"{RETRY_ENV}={raw!r} is not a number of seconds") from None
+    if not seconds >= 0:
+        raise UserError(f"the tracking retry bound must be ≥ 0 seconds, got {raw!r}")
+    return seconds
+
+
+@contextmanager
+def _mlflow_http_settings(**values: int) -> Iterator[None]:
+    """MLflow's per-request HTTP settings (``max_retries=0`` → ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0``)
+    for the calls inside the block only; the process's own values come back afterwards.
+
+    MLflow reads these variables on every request, so nothing outside the block sees them.
+    """
+    saved: dict[str, str | None] = {}
+    for name, value in values.items():
+        var = f"MLFLOW_HTTP_REQUEST_{name.upper()}"
+        saved[var] = os.environ.get(var)
+        os.environ[var] = str(value)
+    try:
+        yield
+    finally:
+        for var, old in saved.items():
+            if old is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = old
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _root_cause(exc: BaseException) -> str:
+    """``"Type: message"`` of the innermost exception ``exc`` was raised from (MLflow's own message
+    for an unreachable server is a long URL; the innermost one says "Connection refused")."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = exc.__cause__ or exc.__context__
+        if inner is None:
+            break
+        exc = inner
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def check_tracking_reachable(uri: str) -> None:
+    """Fail early (before any training) if the tracking store cannot be reached.
+
+    A server gets one quick try (no retries, 5 s timeout); those settings hold for this check alone.
+    """
+    from mlflow.tracking import MlflowClient
+
+    db = sqlite_path(uri)
+    if db is not None:
+        parent = db.parent
+        if not parent.exists():
+            raise UserError(f"tracking store folder {parent} does not exist (from --tracking-uri {uri!r})")
+        check_store_writable(uri)
+    try:
+        with _mlflow_http_settings(max_retries=0, timeout=5), store_creation_lock(uri):
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except Exception as exc:  # MLflow raises many types for an unreachable store
+        raise UserError(f"cannot reach the MLflow tracking store {uri!r}: {_first_line(exc)}") from None
+    reroot_own_store(uri)  # what runs next writes: after a move, to the folder the store is in now
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` (or an exception it was raised from) is what a store restart looks like:
+    no connection, a timeout, or a 5xx/429 answer (``requests``' ``RetryError``)."""
+    import requests
+
+    kinds = (
+        requests.ConnectionError,
+        requests.Timeout,
+        requests.exceptions.RetryError,
+        ConnectionError,
+        TimeoutError,
+    )
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, kinds):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+class RetryingClient:
+    """An ``MlflowClient`` whose calls ride out a store outage of up to ``retry_s`` seconds.
+
+    ``client.log_batch(...)`` (any ``MlflowClient`` method) runs the call; when it fails for a
+    transient reason (:func:`is_transient`) it is tried again after 1, 2, 4, 5, 5, ... s
+    until ``retry_s`` seconds have passed since its first failure, then
+    :class:`TrackingUnavailable` is raised. Other errors are raised at once. MLflow's own
+    per-request retries are off inside these calls, so the bound is this one: a call ends at most
+    ``retry_s`` plus one request timeout (``MLFLOW_HTTP_REQUEST_TIMEOUT``) after it first failed.
+    One warning is logged when a call starts failing and one when the store answers again.
+    """
+
+    def __init__(self, tracking_uri: str, retry_s: float | None = None, *, mlflow: Any = None) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.tracking_uri = tracking_uri
+        self.retry_s = tracking_retry_s(retry_s)
+        self.mlflow = mlflow if mlflow is not None else MlflowClient(tracking_uri=tracking_uri)
+
+    def bounded(self, retry_s: float) -> RetryingClient:
+        """The same client with another retry bound (e.g. a short one on the way out of a failed run)."""
+        return RetryingClient(self.tracking_uri, retry_s, mlflow=self.mlflow)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "mlflow":  # not an MlflowClient method (or not set up yet)
+            raise AttributeError(name)
+        method = getattr(self.mlflow, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.call(name, method, *args, **kwargs)
+
+        return call
+
+    def call(self, name: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """``method(*args, **kwargs)`` with retries (``name`` is what the messages call it)."""
+        first_failure: float | None = None
+        attempt = 0
+        while True:
+            try:
+                with _mlflow_http_settings(max_retries=0):
+                    result = method(*args, **kwargs)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                now = time.monotonic()
+                if first_failure is None:
+                    first_failure = now
+                    log.warning(
+                        "tracking store %s unreachable (%s); retrying %s for up to %g s",
+                        self.tracking_uri,
+                        _root_cause(exc),
+                        name,
+                        self.retry_s,
+                    )
+                waited = now - first_failure
+                if waited >= self.retry_s:
+                    raise TrackingUnavailable(
+                        f"tracking store {self.tracking_uri} unreachable for {waited:.0f} s during {name} "
+                        f"({_root_cause(exc)}); the bound is {self.retry_s:g} s (--tracking-retry-s, "
+                        f"${RETRY_ENV})"
+                    ) from None
+                time.sleep(min(_BACKOFF_FIRST_S * 2**attempt, _BACKOFF_MAX_S, self.retry_s - waited))
+                attempt += 1
+                continue
+            if first_failure is not None:
+                log.warning(
+                    "tracking store %s answers again (%s after %.0f s)",
+                    self.tracking_uri,
+                    name,
+                    time.monotonic() - first_failure,
+                )
+            return result
+
+
+def ensure_experiment(name: str, tracking_uri: str, *, client: Any = None) -> str:
+    """Id of experiment ``name``, creating it (artifacts under ``results/artifacts`` for local stores).
+
+    ``client``: the ``MlflowClient`` (or :class:`RetryingClient`) to use; a plain one by default.
+    """
+    from mlflow.tracking import MlflowClient
+
+    client = client if client is not None else MlflowClient(tracking_uri=tracking_uri)
+    reroot_own_store(tracking_uri)  # before a new run takes its location from the experiment's
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        if existing.lifecycle_stage == "deleted":
+            client.restore_experiment(existing.experiment_id)
+        return existing.experiment_id
+    location = None
+    if is_local_store(tracking_uri):
+        location = (results_dir() / ARTIFACTS_DIR).as_uri()
+    try:
+        # MLflow's experiment kind: model training, not a GenAI app (`mrbench ui` says what the UI reads).
+        kind = {layout.EXPERIMENT_KIND_TAG: layout.EXPERIMENT_KIND_TRAINING}
+        return client.create_experiment(name, artifact_location=location, tags=kind)
+    except TrackingUnavailable:
+        raise
+    except Exception:
+        # Another worker may have created it between our lookup and create.
+        again = client.get_experiment_by_name(name)
+        if again is None:
+            raise
+        return again.experiment_id
