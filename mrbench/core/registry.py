@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin
 
-from mrbench.core.errors import PluginError, RegistryError, UnknownNameError, UnknownParamError
+from mrbench.core.errors import PluginError, RegistryError, UnknownNameError, UnknownParamError, UserError
 
 __all__ = [
     "BUILT_IN",
@@ -158,11 +158,29 @@ def path_of(obj: Any) -> str:
 
 
 def import_target(target: str) -> Any:
-    """The object ``"module:attr"`` names (``attr`` may be dotted, e.g. ``Class.factory``)."""
-    module, _, attr = target.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    """The object ``"module:attr"`` names (``attr`` may be dotted, e.g. ``Class.factory``): the one
+    loader of such names (plugins, cell functions, ranks' payloads, lm-eval score functions).
+
+    Importing the module runs its import-time code. :class:`UserError` naming ``target`` when it is
+    not of that form, or its module or attribute does not exist; an error raised by the module's
+    own code while it is imported propagates as it is.
+
+    >>> import_target("os.path:join.__name__")
+    'join'
+    >>> import_target("os.path")
+    Traceback (most recent call last):
+    ...
+    mrbench.core.errors.UserError: expected 'module:attr', got 'os.path'
+    """
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr:
+        raise UserError(f"expected 'module:attr', got {target!r}")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"cannot load {target!r}: {type(exc).__name__}: {exc}") from exc
     return obj
 
 
@@ -240,7 +258,8 @@ class Entry(Generic[T]):
         try:
             loaded = import_target(target)
         except Exception as exc:  # any failure in the plugin's own import names the plugin
-            raise PluginError(f"{origin} cannot be loaded: {type(exc).__name__}: {exc}") from exc
+            cause = exc.__cause__ if isinstance(exc, UserError) and exc.__cause__ else exc
+            raise PluginError(f"{origin} cannot be loaded: {type(cause).__name__}: {cause}") from exc
         try:
             _verify(loaded, self.check)
         except TypeError as exc:

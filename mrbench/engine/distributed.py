@@ -38,12 +38,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-from importlib import import_module, resources
+from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.core.registry import import_target
 from mrbench.engine.checkpoints import CellFolder
 
 DISTRIBUTED = ("ddp", "fsdp", "zero3")
@@ -275,7 +276,7 @@ def launch_cell(
     if CellFolder.for_run_key(spec.run_key()).read_record() is not None:
         # An earlier attempt's record: the cell function only logs it and trains nothing, so it
         # runs here (ranks > 0 would not see the record once rank 0 had removed it, and train).
-        return _jsonable_result(_load(cell_fn)(spec, **kwargs))
+        return _jsonable_result(import_target(cell_fn)(spec, **kwargs))
     spec_cls = type(spec)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     if threads:
@@ -341,14 +342,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 # ---------------------------------------------------------------------------------- one rank
 
 
-def _load(path: str) -> Any:
-    module, _, attr = path.partition(":")
-    obj: Any = import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _jsonable_result(result: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(result) and not isinstance(result, type):
         return dataclasses.asdict(result)
@@ -374,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     with stop_signals_interrupt():
         try:
-            spec = _load(payload["spec_class"]).from_dict(payload["spec"])
-            result = _load(payload["cell_fn"])(spec, **payload["kwargs"])
+            spec = import_target(payload["spec_class"]).from_dict(payload["spec"])
+            result = import_target(payload["cell_fn"])(spec, **payload["kwargs"])
             written = {"result": _jsonable_result(result)}
         except KeyboardInterrupt:
             written, code = {"interrupted": True}, 130

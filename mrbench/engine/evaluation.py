@@ -208,7 +208,7 @@ def with_pass_at_k(metrics: Mapping[str, float], records: list[dict[str, Any]], 
 
 
 def _import(target: str) -> Any:
-    from mrbench.core.registry import import_target
+    from mrbench.core.registry import import_target  # deferred: the CLI imports this module early
 
     return import_target(target)
 

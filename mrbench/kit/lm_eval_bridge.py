@@ -49,7 +49,6 @@ tokenizer (to EOS/UNK) — harmless for generation. The model's train/eval mode 
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -168,10 +167,9 @@ def resolve_score_fn(score_fn: ScoreFn | str) -> ScoreFn:
     """A callable score function from itself or a ``"module:attr"`` reference."""
     if callable(score_fn):
         return score_fn
-    module, sep, attr = str(score_fn).partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"score_fn {score_fn!r} must be a callable or 'module:attr'")
-    return getattr(importlib.import_module(module), attr)
+    from mrbench.core.registry import import_target
+
+    return import_target(str(score_fn))  # type: ignore[no-any-return]
 
 
 def process_results_from(

@@ -6,7 +6,6 @@ Every other module of :mod:`mrbench.sweeps` imports this one, and it imports non
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,20 +96,6 @@ def error_text(exc: BaseException) -> str:
     """``"Type: message"``, cut to under 500 characters (it is printed and kept per cell)."""
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) < 500 else text[:497] + "..."
-
-
-def load_callable(path: str) -> Callable[..., Any]:
-    """``"module:attr"`` → the object; UserError naming the path if it cannot be imported."""
-    module, _, attr = path.partition(":")
-    if not module or not attr:
-        raise UserError(f"expected 'module:attr', got {path!r}")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"cannot load {path!r}: {exc}") from None
-    return obj
 
 
 def callable_path(fn: Callable[..., Any]) -> str:

@@ -26,7 +26,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.sweeps.cell import Cell, CellContext, load_callable
+from mrbench.core.registry import import_target
+from mrbench.sweeps.cell import Cell, CellContext
 
 EXIT_FINISHED, EXIT_FAILED, EXIT_KILLED = 0, 1, 130
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -125,8 +126,8 @@ def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
     if threads:
         for var in THREAD_VARS:
             os.environ[var] = str(threads)
-    spec_cls = load_callable(payload["spec_class"])
-    cell_fn = load_callable(payload["cell_fn"])
+    spec_cls = import_target(payload["spec_class"])
+    cell_fn = import_target(payload["cell_fn"])
     if threads and "torch" in sys.modules:
         # The real cell function imports torch; cap its intra-op pool to this worker's share of cores.
         sys.modules["torch"].set_num_threads(threads)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.sweeps.cell import DEFAULT_RESOLVE_FN, Cell, ResolveFn, load_callable
+from mrbench.core.registry import import_target
+from mrbench.sweeps.cell import DEFAULT_RESOLVE_FN, Cell, ResolveFn
 from mrbench.sweeps.spec import SweepSpec
 
 
@@ -23,7 +24,7 @@ def expand_grid(spec: SweepSpec, resolve: ResolveFn | None = None) -> Grid:
     for the first seeds). Raises UserError for bad names/params, and for extra eval datasets (``eval``)
     that are unknown or whose data cannot be loaded, before anything runs; a task whose code cannot
     be imported (ImportError) is recorded as unavailable, with the reason."""
-    resolve = resolve or load_callable(DEFAULT_RESOLVE_FN)
+    resolve = resolve or import_target(DEFAULT_RESOLVE_FN)
     unavailable: dict[str, str] = {}
     by_task: dict[str, list[Cell]] = {}
     for task in spec.tasks:

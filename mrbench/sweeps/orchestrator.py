@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.core.registry import import_target
 from mrbench.engine.console import verbose
 from mrbench.sweeps.cell import (
     DEFAULT_CELL_FN,
@@ -43,7 +44,6 @@ from mrbench.sweeps.cell import (
     ResolveFn,
     callable_path,
     error_text,
-    load_callable,
 )
 from mrbench.sweeps.cell_process import check_processes_per_cell
 from mrbench.sweeps.claims import CellClaims
@@ -170,7 +170,7 @@ def run_sweep(
         + (f"{n_held} held by another invocation, " if n_held else "")
         + f"{len(todo) - n_held} to run; store {uri}"
     )
-    cell_fn = cell_fn or load_callable(DEFAULT_CELL_FN)
+    cell_fn = cell_fn or import_target(DEFAULT_CELL_FN)
     workers = min(spec.workers, max(1, len(todo)))
     if workers > 1 or spec.processes_per_cell > 1 or spec.executor == "ray":
         callable_path(cell_fn)  # workers import it by path: fail now, not after the parent run exists

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from mrbench.core.contracts import Sample
+from mrbench.core.errors import UserError
 from mrbench.engine.generation import HFGenerator
 from mrbench.kit.lm_eval_bridge import GenerationRun, export_lm_eval_task, run_generation_task, sample_to_row
 
@@ -180,7 +181,7 @@ def test_bad_input_is_rejected_with_the_bad_value(gen: HFGenerator, tmp_path: Pa
             metric_names=["chars"],
             max_new_tokens=0,
         )
-    with pytest.raises(ModuleNotFoundError):
+    with pytest.raises(UserError, match=r"cannot load 'no_such_module:f': ModuleNotFoundError"):
         export_lm_eval_task(
             make_samples(),
             tmp_path,
