@@ -91,6 +91,15 @@ SAVED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 COMPARISON_VIEW = "mrbench-comparison"
 
 
+def cell_label(method: str, task: str, model: str, seed: int | str) -> str:
+    """How every message, progress line and report names one cell: ``method|task|model|sSEED``.
+
+    >>> cell_label("grpo", "tool-calling", "tiny", 0)
+    'grpo|tool-calling|tiny|s0'
+    """
+    return f"{method}|{task}|{model}|s{seed}"
+
+
 def tag(name: str) -> str:
     """The full MLflow tag key of a layout tag name (``"seed"`` → ``"mrbench.seed"``)."""
     return TAG_PREFIX + name

@@ -140,7 +140,7 @@ class RunSpec:
 
     def label(self) -> str:
         """Short human-readable cell name."""
-        return f"{self.method}|{self.task}|{self.model}|s{self.seed}"
+        return layout.cell_label(self.method, self.task, self.model, self.seed)
 
     def flat_params(self) -> dict[str, str]:
         """MLflow params of the cell (names from :func:`mrbench.core.layout.cell_params`)."""

@@ -161,7 +161,7 @@ def _targets(
         missing = [d for d in evals[spec.task] if not _has(run, d)]
         if missing:
             checkpoint = run.data.params.get(layout.PARAM_CHECKPOINT_DIR, "")
-            label = f"{spec.method}|{spec.task}|{spec.model}|s{spec.seed}"
+            label = layout.cell_label(spec.method, spec.task, spec.model, spec.seed)
             targets.append(_Target(run.info.run_id, label, spec, checkpoint, missing))
     return targets
 

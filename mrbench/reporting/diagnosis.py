@@ -110,8 +110,9 @@ def improvement_section(ctx: ReportContext) -> list[str]:
                 )
                 for run, b, a, ok in zip(runs, befores, afters, better, strict=True):
                     if not ok:
+                        seed = layout.read_tag(run.tags, layout.SEED)
                         not_improved.append(
-                            f"`{name}|{task}|{model}|s{layout.read_tag(run.tags, layout.SEED)}`: "
+                            f"`{layout.cell_label(name, task, model, seed)}`: "
                             f"{info.primary} {fmt(b)} → {fmt(a)}; {_why_not(ctx, run)}"
                         )
     lines.append("")

@@ -160,7 +160,9 @@ def _missing_cells(ctx: ReportContext) -> str | None:
     missing = [c for c in grid if c["run_key"] not in used and c["run_key"] not in failed_keys]
     if not missing:
         return None
-    names = ", ".join(f"`{c['method']}|{c['task']}|{c['model']}|s{c['seed']}`" for c in missing[:10])
+    names = ", ".join(
+        f"`{layout.cell_label(c['method'], c['task'], c['model'], c['seed'])}`" for c in missing[:10]
+    )
     return (
         f"**Missing cells**: {len(missing)} cell(s) of the latest sweep grid have no run yet "
         f"({names}{' …' if len(missing) > 10 else ''}); rerun the sweep command to complete it."

@@ -64,7 +64,7 @@ def cell_label(run: RunRecord) -> str:
     t = run.tags
     method, task = layout.read_tag(t, layout.METHOD), layout.read_tag(t, layout.TASK)
     model, seed = layout.read_tag(t, layout.MODEL), layout.read_tag(t, layout.SEED)
-    return f"{method}|{task}|{model}|s{seed}"
+    return layout.cell_label(method, task, model, seed)
 
 
 def method_labels(runs: list[RunRecord]) -> dict[str, str]:
@@ -144,7 +144,7 @@ def select_runs(runs: list[RunRecord]) -> Selection:
     superseded = []
     for (label, task, model, seed), group in sorted(by_cell.items()):
         if len(group) > 1:
-            superseded.append(f"{label}|{task}|{model}|s{seed} ({len(group)} settings)")
+            superseded.append(f"{layout.cell_label(label, task, model, seed)} ({len(group)} settings)")
         cells[(task, model)][label].append(latest(group))
     for methods in cells.values():
         for runs_ in methods.values():

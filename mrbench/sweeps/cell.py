@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrbench.core import layout
 from mrbench.core.errors import UserError
 
 CellFn = Callable[..., Any]
@@ -39,7 +40,7 @@ class Cell:
     @property
     def label(self) -> str:
         """``method|task|model|sSEED``."""
-        return f"{self.spec.method}|{self.spec.task}|{self.spec.model}|s{self.spec.seed}"
+        return layout.cell_label(self.spec.method, self.spec.task, self.spec.model, self.spec.seed)
 
     def summary(self) -> dict[str, Any]:
         """The grid entry recorded in the parent run's sweep artifact."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.core.registry import import_target
 from mrbench.sweeps.cell import DEFAULT_RESOLVE_FN, Cell, ResolveFn
@@ -44,7 +45,9 @@ def expand_grid(spec: SweepSpec, resolve: ResolveFn | None = None) -> Grid:
                                 train=spec.train_for(task, model) or None,
                             )
                         except UserError as exc:
-                            raise UserError(f"sweep cell {method}|{task}|{model}|s{seed}: {exc}") from None
+                            raise UserError(
+                                f"sweep cell {layout.cell_label(method, task, model, seed)}: {exc}"
+                            ) from None
                         cells.append(Cell(run_spec))
         except ImportError as exc:
             # The task's module is not built (or misses a dependency): say so, never skip silently.
