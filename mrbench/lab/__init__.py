@@ -13,13 +13,13 @@ tensors), :mod:`~mrbench.lab.policy` (softmax policies and their gradient),
 :mod:`~mrbench.lab.simulate` (the training loop), :mod:`~mrbench.lab.metrics` (diagnostics and
 statistics), :mod:`~mrbench.lab.summary` / :mod:`~mrbench.lab.figures` (the report),
 :mod:`~mrbench.lab.tracking` (MLflow), :mod:`~mrbench.lab.runner` (one invocation end to end),
-:mod:`~mrbench.lab.smoke_corr` (the correlations of a real sweep's runs, for the paper presets),
 :mod:`~mrbench.lab.correlation` (the nearest correlation matrix), :mod:`~mrbench.lab.in_sweep` (the
 lab as part of ``mrbench sweep``).
 
 The lab stands on the core, the methods, :mod:`mrbench.store` (finding and reading a store) and
-:mod:`mrbench.reporting` (statistics; the report's run selection in ``smoke_corr``); the CLI and the sweeps
-(:mod:`mrbench.lab.in_sweep`: a sweep's ``lab`` scenarios) import it. Names below are imported on
+:mod:`mrbench.reporting` (statistics); the CLI and the sweeps (:mod:`mrbench.lab.in_sweep`: a
+sweep's ``lab`` scenarios) import it. ``scripts/smoke_corr.py`` (outside the package) prints the
+paper presets' correlations from a sweep's runs. Names below are imported on
 first use.
 """
 

@@ -4,7 +4,7 @@
 structural feature each. ``paper-code``, ``paper-tools`` and ``paper-security`` use the
 components, reward ranges and weights of the three tasks (``mrbench tasks --json``, REFERENCE
 "The paper's three domains") with correlations measured on real mrbench runs (the smoke sweep's
-``diagnostics.json``, printed by ``python -m mrbench.lab.smoke_corr``: see :mod:`mrbench.lab.smoke_corr`)
+``diagnostics.json``, printed by ``python scripts/smoke_corr.py``: see ``scripts/smoke_corr.py``)
 and starting levels taken from the committed smoke report.
 """
 
@@ -173,7 +173,7 @@ def anti() -> Scenario:
 # Within-group reward correlations of the smoke runs (grpo, gdpo, corrgrpo on the tiny model): each
 # run's diagnostics.json corr_matrix (mean over training), per method the mean over its runs, then the
 # mean over the three methods. Printed in this form, from the store the smoke sweep wrote, by
-# `python -m mrbench.lab.smoke_corr [--sweep smoke] [--tracking-uri URI]`; rerun it after the smoke sweep
+# `python scripts/smoke_corr.py [--sweep smoke] [--tracking-uri URI]`; rerun it after the smoke sweep
 # is regenerated and paste what it prints. Code generation's mean sits on the edge of the positive
 # semi-definite cone (syntax and compile are exact copies in those runs), so the command moved it to the
 # nearest correlation matrix with eigenvalues >= 0.001 (entries changed by at most 0.001) and printed it
@@ -201,7 +201,7 @@ def paper_code() -> Scenario:
     """The code-generation task's seven components (each in [0, 1], weights 1).
 
     Correlations: the smoke runs' within-group correlations (``CODE_CORR_6``, printed from their
-    ``diagnostics.json`` by ``python -m mrbench.lab.smoke_corr``; the numbers of the report's
+    ``diagnostics.json`` by ``python scripts/smoke_corr.py``; the numbers of the report's
     heatmaps ``reports/smoke/corr-code-generation.png``, averaged over the three methods).
     syntax, compile and ast_similarity are near-copies (0.996–0.999: Python compiles what it
     parses, and the AST exists exactly then); runtime and accuracy are a second pair (0.94).
@@ -246,7 +246,7 @@ def paper_tools() -> Scenario:
     parameter [−1, 1], values [−1.5, 1.5] (weights 1; total in [−3, 4]).
 
     Correlations: the smoke runs' within-group correlations (``TOOLS_CORR``, printed from their
-    ``diagnostics.json`` by ``python -m mrbench.lab.smoke_corr``; drawn in the report as
+    ``diagnostics.json`` by ``python scripts/smoke_corr.py``; drawn in the report as
     ``reports/smoke/corr-tool-calling.png``): format, function_name and parameter move together
     (0.92–0.96), values half as much (0.44–0.47). Levels under the uniform policy: the tiny
     model's evaluation levels in ``reports/smoke/report.md`` (mean of the three methods: format
@@ -283,7 +283,7 @@ def paper_security() -> Scenario:
     """The agent-security task's two binary components, utility and safety (weights 1).
 
     Correlation 0.69: the smoke runs' within-group correlation (``SECURITY_CORR``, printed from their
-    ``diagnostics.json`` by ``python -m mrbench.lab.smoke_corr``; drawn in the report as
+    ``diagnostics.json`` by ``python scripts/smoke_corr.py``; drawn in the report as
     ``reports/smoke/corr-agent-security.png``). Levels under the uniform policy: the tiny model's
     evaluation in ``reports/smoke/report.md`` (utility 0.155, safety = 1 − ASR ≈ 0.98): safety is
     rarely violated, so its rare failures are what GDPO's per-component z-score amplifies.

@@ -3,9 +3,12 @@ selected as the report selects runs and printed in the presets' own Python form.
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,16 +19,25 @@ from mrbench.core import layout
 from mrbench.lab import presets
 from mrbench.lab.correlation import EIGEN_FLOOR, nearest_correlation, printable_decimals
 from mrbench.lab.presets import CODE_CORR_6, SECURITY_CORR, TOOLS_CORR, paper_code
-from mrbench.lab.smoke_corr import (
-    PRESET_MATRICES,
-    TaskCorrelation,
-    main,
-    python_matrix,
-    read_correlations,
-    task_source,
-)
 from mrbench.reporting.select import cell_label
 from mrbench.store.reader import open_reader
+
+# The script lives outside the package (scripts/), so it is loaded from its file.
+SCRIPT = Path(__file__).parents[2] / "scripts" / "smoke_corr.py"
+_SPEC = importlib.util.spec_from_file_location("smoke_corr", SCRIPT)
+smoke_corr = importlib.util.module_from_spec(_SPEC)
+sys.modules["smoke_corr"] = smoke_corr  # dataclasses look their module up by name
+_SPEC.loader.exec_module(smoke_corr)
+PRESET_MATRICES, TaskCorrelation, main = (
+    smoke_corr.PRESET_MATRICES,
+    smoke_corr.TaskCorrelation,
+    smoke_corr.main,
+)
+python_matrix, read_correlations, task_source = (
+    smoke_corr.python_matrix,
+    smoke_corr.read_correlations,
+    smoke_corr.task_source,
+)
 
 METHODS = ("grpo", "gdpo", "corrgrpo")
 TASKS = ("code-generation", "tool-calling", "agent-security")

@@ -1,5 +1,7 @@
 """The within-group reward correlations of a sweep's runs, printed as the ``paper-*`` presets write them.
 
+A maintenance script (outside the package: it writes source code for a maintainer to paste).
+
 The ``paper-*`` scenarios of :mod:`mrbench.lab.presets` take their correlations from real mrbench
 runs: every cell logs ``diagnostics.json`` (:data:`mrbench.core.layout.DIAGNOSTICS_ARTIFACT`) whose
 ``corr_matrix`` ``[K, K]`` is the within-group Pearson correlation of the reward components, mean
@@ -32,7 +34,7 @@ two) at which it stays positive semi-definite.
 
 Print the matrices of the smoke sweep, ready to paste into :mod:`mrbench.lab.presets`::
 
-    python -m mrbench.lab.smoke_corr [--sweep smoke] [--tracking-uri URI]
+    python scripts/smoke_corr.py [--sweep smoke] [--tracking-uri URI]
 
 It loads what the report loads (the reward curves too: one query on a sqlite store).
 """
@@ -192,7 +194,7 @@ def task_source(task: str, found: TaskCorrelation) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Print each task's mean correlation matrix as Python; exit code 2 on a :class:`UserError`."""
     parser = argparse.ArgumentParser(
-        prog="python -m mrbench.lab.smoke_corr",
+        prog="python scripts/smoke_corr.py",
         description="Mean within-group reward correlations of a sweep's runs, as the lab presets write them.",
     )
     parser.add_argument(
