@@ -52,6 +52,19 @@ def sample_rollouts(
     return [dict(zip([c.name for c in components], row, strict=True)) for row in rewards]
 
 
+def spread(items: list[Any], n: int) -> list[Any]:
+    """``n`` items evenly spaced over ``items`` (all of them when there are fewer): the first ``n``
+    training prompts of a task can all come from one or two templates.
+
+    >>> spread(list(range(10)), 3)
+    [0, 3, 6]
+    """
+    if n >= len(items):
+        return list(items)
+    step = len(items) / n
+    return [items[int(i * step)] for i in range(n)]
+
+
 def summarize(task: Any, rows: list[dict[str, float]], g: int) -> dict[str, dict[str, float]]:
     """Per component: mean, share of rollouts above its minimum, share of groups where it varies."""
     out = {}
@@ -72,7 +85,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--task", default="tool-calling")
-    parser.add_argument("--prompts", type=int, default=16, help="training prompts (the first ones)")
+    parser.add_argument(
+        "--prompts", type=int, default=16, help="training prompts, evenly spaced over the training set"
+    )
     parser.add_argument("--generations", type=int, default=8, help="rollouts per prompt (G)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (TRL's default)")
     parser.add_argument("--seed", type=int, default=0)
@@ -93,7 +108,7 @@ def main() -> None:
     started = time.perf_counter()
     model, tokenizer = load_policy(prepare_model(args.model))
     set_seed(args.seed)
-    samples = task.train_samples()[: args.prompts]
+    samples = spread(task.train_samples(), args.prompts)
     rows = sample_rollouts(task, model, tokenizer, samples, args.generations, args.temperature)
     summary = summarize(task, rows, args.generations)
     wall = time.perf_counter() - started
