@@ -151,14 +151,17 @@ class Task(ABC):
         """The K components in a fixed order; this order is the K axis of the reward tensor."""
 
     @abstractmethod
-    def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
-        """``n`` (prompt, good assistant completion) pairs for the tiny models' SFT warm start."""
-
-    @abstractmethod
     def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
         """Score greedy generations on ``samples`` (default: :meth:`eval_samples`)."""
 
     # -- optional hooks ------------------------------------------------------------------------
+    def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
+        """``n`` (prompt, good assistant completion) pairs for the tiny models' SFT warm start.
+
+        Only the built-in tasks' demonstrations warm-start the tiny presets (a plugin must not
+        change a cached model), so a plugin task needs none: the default is an empty list."""
+        return []
+
     def training_hooks(self) -> dict[str, Any]:
         """Extra keyword arguments for the engine's trainer, e.g. ``{"rollout": ...}`` (a
         :data:`mrbench.core.rollout.Rollout` running multi-turn episodes); none by default."""

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import mrbench.engine.scoring
 import mrbench.tasks as tasks
 from mrbench.cli.commands.score import register
-from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
+from mrbench.core.contracts import EvalResult, Generator, RewardComponent, Sample, ScoredItem, Task
 from mrbench.core.errors import UserError
 from mrbench.core.registry import Entry
 from mrbench.engine.scoring import read_items, score_task, summarize
@@ -37,9 +37,6 @@ class _PlainTask(Task):
         return []
 
     def reward_components(self) -> list[RewardComponent]:
-        return []
-
-    def demonstrations(self, n: int, seed: int) -> list[tuple[list[Message], str]]:
         return []
 
     def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
