@@ -10,8 +10,9 @@ Exit codes and messages (:func:`main`):
 - 128 + signal when stopped: 130 Ctrl-C (SIGINT), 143 SIGTERM (``timeout``, SLURM, ``docker
   stop``, Kubernetes), 129 SIGHUP (:mod:`mrbench.core.interrupts`).
 
-``mrbench --verbose COMMAND`` or ``MRBENCH_VERBOSE=1`` prints the traceback of an unexpected
-error, for a bug report.
+``mrbench --traceback COMMAND`` or ``MRBENCH_TRACEBACK=1`` prints the traceback of an unexpected
+error, for a bug report. (A command's own ``--verbose``, ``$MRBENCH_VERBOSE``, is another switch:
+it shows the libraries' output live instead of only in the log file.)
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import typer
 
 from mrbench.core.errors import UserError
 from mrbench.core.interrupts import exit_code, received, stop_signals_interrupt
-from mrbench.engine.console import VERBOSE_ENV, verbose
 
 app = typer.Typer(
     name="mrbench",
@@ -55,15 +55,26 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
+TRACEBACK_ENV = "MRBENCH_TRACEBACK"
+"""``1``: print the traceback of an unexpected error (``mrbench --traceback``); workers inherit it."""
+
+
+def show_tracebacks() -> bool:
+    """True when ``--traceback`` was given or ``$MRBENCH_TRACEBACK`` is a true value."""
+    return os.environ.get(TRACEBACK_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 @app.callback()
 def _options(
-    verbose: Annotated[
+    traceback_: Annotated[
         bool,
-        typer.Option("--verbose", help=f"Print tracebacks of unexpected errors (or set {VERBOSE_ENV}=1)."),
+        typer.Option(
+            "--traceback", help=f"Print tracebacks of unexpected errors (or set {TRACEBACK_ENV}=1)."
+        ),
     ] = False,
 ) -> None:
-    if verbose:
-        os.environ[VERBOSE_ENV] = "1"  # read by main(), and inherited by worker processes
+    if traceback_:
+        os.environ[TRACEBACK_ENV] = "1"  # read by main(), and inherited by worker processes
 
 
 def _click_exception() -> type[Exception]:
@@ -107,10 +118,10 @@ def _run(cli: typer.Typer) -> int | str | None:
         if isinstance(exc, usage_error):  # bad option value, unknown option or command, bare `mrbench`
             exc.show()  # type: ignore[attr-defined]
             return int(exc.exit_code)  # type: ignore[attr-defined]
-        if verbose():
+        if show_tracebacks():
             traceback.print_exc()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
-        hint = "" if verbose() else f" ({VERBOSE_ENV}=1 or --verbose prints the traceback for a bug report)"
+        hint = "" if show_tracebacks() else " (mrbench --traceback prints the traceback for a bug report)"
         _say(f"error: unexpected {type(exc).__name__}: {first}{hint}")
         return 1
 

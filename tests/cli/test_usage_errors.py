@@ -1,6 +1,6 @@
 """Through the installed `mrbench` script: usage errors exit 2 with one readable message and no
 traceback; hyper-parameters and settings that would do harm exit 2 naming the value; files,
-folders and stores that cannot be used give a one-line `error: …`; `--verbose` / MRBENCH_VERBOSE
+folders and stores that cannot be used give a one-line `error: …`; `mrbench --traceback` / MRBENCH_TRACEBACK
 show the traceback of an unexpected error, and only then."""
 
 from __future__ import annotations
@@ -212,18 +212,19 @@ def _boom_app() -> typer.Typer:
     return cli
 
 
-def test_unexpected_error_is_one_line_unless_verbose(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_unexpected_error_is_one_line_unless_asked(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setattr(sys, "argv", ["mrbench", "boom"])
-    monkeypatch.delenv("MRBENCH_VERBOSE", raising=False)
+    monkeypatch.delenv("MRBENCH_TRACEBACK", raising=False)
+    monkeypatch.setenv("MRBENCH_VERBOSE", "1")  # live library output: not the traceback switch
     with pytest.raises(SystemExit) as info:
         main(_boom_app())
     err = capsys.readouterr().err
     assert info.value.code == 1
     assert err == (
         "error: unexpected RuntimeError: something broke "
-        "(MRBENCH_VERBOSE=1 or --verbose prints the traceback for a bug report)\n"
+        "(mrbench --traceback prints the traceback for a bug report)\n"
     )
-    monkeypatch.setenv("MRBENCH_VERBOSE", "1")
+    monkeypatch.setenv("MRBENCH_TRACEBACK", "1")
     with pytest.raises(SystemExit) as info:
         main(_boom_app())
     err = capsys.readouterr().err
@@ -231,20 +232,19 @@ def test_unexpected_error_is_one_line_unless_verbose(monkeypatch: pytest.MonkeyP
     assert "Traceback (most recent call last)" in err and 'raise RuntimeError("something broke' in err
 
 
-def test_verbose_flag_of_the_installed_script(tmp_path: Path) -> None:
+def test_traceback_flag_of_the_installed_script(tmp_path: Path) -> None:
     # A method plugin that fails inside: an unexpected error, not a user error.
     (tmp_path / "boom_method.py").write_text(
         "def boom(rewards, weights):\n    raise RuntimeError('kaboom')\n", encoding="utf-8"
     )
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
-    env["MRBENCH_VERBOSE"] = ""
+    env["MRBENCH_TRACEBACK"] = ""
     args = ["advantages", "--method", "boom_method:boom", "--rewards", "1;2"]
     quiet = run_mrbench(*args, env=env)
     assert_clean_error(quiet, code=1)
     assert quiet.stderr.strip().splitlines() == [
-        "error: unexpected RuntimeError: kaboom (MRBENCH_VERBOSE=1 or --verbose prints the traceback "
-        "for a bug report)"
+        "error: unexpected RuntimeError: kaboom (mrbench --traceback prints the traceback for a bug report)"
     ]
-    loud = run_mrbench("--verbose", *args, env=env)
+    loud = run_mrbench("--traceback", *args, env=env)
     assert loud.returncode == 1 and "Traceback (most recent call last)" in loud.stderr
     assert "raise RuntimeError('kaboom')" in loud.stderr
