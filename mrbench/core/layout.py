@@ -7,9 +7,12 @@ it, so no name is spelled anywhere else (the tracking schema is this file).
 Tags (all prefixed ``mrbench.``)::
 
     cell:  method task task_version model seed run_key git_sha sweep primary_metric
-           lower_is_better reward_components error
+           lower_is_better reward_components error schema
     sweep: role=sweep sweep command git_sha host pid preset unavailable_tasks version.<package>
-           heartbeat claim.<run key>
+           heartbeat claim.<run key> schema
+
+Every run mrbench creates carries ``schema``, the version of this layout (:data:`SCHEMA_VERSION`);
+readers refuse a run of a later one (:func:`check_readable`).
 
 A cell under a sweep also carries MLflow's own ``mlflow.parentRunId`` (:data:`PARENT_RUN_TAG`).
 
@@ -43,9 +46,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from mrbench.core.errors import UserError
+
 # --- tags -------------------------------------------------------------------------------------
 
 TAG_PREFIX = "mrbench."
+
+SCHEMA = "schema"
+SCHEMA_VERSION = 1
+"""The version of this layout, tagged ``mrbench.schema`` on every run mrbench creates (cells,
+evaluations, sweep and lab parents and their children). Runs without it were written before the
+layout was versioned (layout 0) and read as layout 1 reads them: the names did not change. A run
+of a later layout is refused by the readers, naming its version (:func:`check_readable`)."""
 
 # Cell tags.
 METHOD = "method"
@@ -89,6 +101,27 @@ EXPERIMENT_KIND_TRAINING = "custom_model_development"
 # COMPARISON_VIEW: the cells grouped by task with their primary metric's columns.
 SAVED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 COMPARISON_VIEW = "mrbench-comparison"
+
+
+def run_schema(tags: Mapping[str, str]) -> int:
+    """The layout version a run was written with (0 when it carries none).
+
+    >>> run_schema({"mrbench.schema": "1"}), run_schema({})
+    (1, 0)
+    """
+    raw = tags.get(tag(SCHEMA), "").strip()
+    return int(raw) if raw.isdigit() else 0
+
+
+def check_readable(tags: Mapping[str, str], what: str) -> None:
+    """:class:`UserError` when ``what`` (a run, named for the message) was written with a later
+    layout than this mrbench reads: its names may mean something else there."""
+    version = run_schema(tags)
+    if version > SCHEMA_VERSION:
+        raise UserError(
+            f"{what} was written by a newer mrbench (run layout {version}; this one reads layouts up to "
+            f"{SCHEMA_VERSION}): upgrade mrbench to read it"
+        )
 
 
 def cell_label(method: str, task: str, model: str, seed: int | str) -> str:
@@ -151,6 +184,7 @@ def cell_tags(
         PRIMARY_METRIC: primary_metric,
         LOWER_IS_BETTER: join_list(sorted(lower_is_better)),
         REWARD_COMPONENTS: join_list(reward_components),
+        SCHEMA: str(SCHEMA_VERSION),
     }
     return {tag(k): v for k, v in values.items()}
 
@@ -453,6 +487,7 @@ def eval_tags(
         GIT_SHA: git_sha,
         PRIMARY_METRIC: primary_metric,
         LOWER_IS_BETTER: join_list(sorted(lower_is_better)),
+        SCHEMA: str(SCHEMA_VERSION),
     }
     if method:
         values[METHOD] = method

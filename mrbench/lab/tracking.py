@@ -145,6 +145,7 @@ def log_lab(
         layout.tag(layout.COMMAND): command,
         layout.tag(layout.GIT_SHA): git_sha(),
         layout.tag(layout.HOST): socket.gethostname(),
+        layout.tag(layout.SCHEMA): str(layout.SCHEMA_VERSION),
         **(tags or {}),
     }
     parent = client.create_run(experiment_id, tags=parent_tags, run_name=f"lab {scenario.name}").info.run_id
@@ -162,6 +163,7 @@ def log_lab(
             layout.tag(layout.METHOD): method,
             layout.tag(layout.SCENARIO): scenario.name,
             layout.tag(layout.GIT_SHA): parent_tags[layout.tag(layout.GIT_SHA)],
+            layout.tag(layout.SCHEMA): str(layout.SCHEMA_VERSION),
             layout.PARENT_RUN_TAG: parent,
         }
         child = client.create_run(experiment_id, tags=tags, run_name=method).info.run_id

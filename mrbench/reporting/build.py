@@ -88,6 +88,8 @@ def _build(
     if experiment_id is None:
         raise UserError(f"no sweep named {sweep!r} in the tracking store {uri!r} (no such MLflow experiment)")
     runs = store.runs(experiment_id)
+    for run in runs:  # before any name is read: a later layout may name things differently
+        layout.check_readable(run.tags, f"run {run.run_id} of sweep {sweep!r}")
     command, note = _report_command(sweep, uri, out)
     ctx = load_context(sweep, store, runs, command=command, store_note=note, reps=reps)
     path, pngs = write_report(ctx, out, workers, opening=lab_section(ctx, store))

@@ -90,6 +90,8 @@ def read_lab(ctx: ReportContext, reader: Reader) -> tuple[list[LabRecord], list[
             and layout.read_tag(r.tags, layout.SWEEP) == ctx.sweep
         ]
         latest = max(runs, key=lambda r: (r.end_time or 0, r.start_time, r.run_id), default=None)
+        if latest is not None:
+            layout.check_readable(latest.tags, f"lab run {latest.run_id} ({name})")
         record = reader.read_json_artifact(latest, layout.LAB_ARTIFACT) if latest is not None else None
         if record is None or not record.get("methods"):
             missing.append(name)

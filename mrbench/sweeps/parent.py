@@ -79,6 +79,7 @@ def start_parent_run(
         layout.HEARTBEAT: f"{time.time():.0f}",
         layout.PRESET: spec.preset or "",
         layout.UNAVAILABLE_TASKS: layout.join_list(list(unavailable)),
+        layout.SCHEMA: str(layout.SCHEMA_VERSION),
         **{layout.VERSION + name: version for name, version in versions.items()},
     }
     tags = {layout.tag(name): value for name, value in values.items()}

@@ -388,3 +388,21 @@ def test_report_command_line(store: Store, tmp_path: Path) -> None:
     # A sweep missing from the store named on the command line: a user error naming both.
     result = CliRunner().invoke(app, ["report", "cli", "--tracking-uri", other])
     assert isinstance(result.exception, UserError) and "no sweep named 'cli'" in str(result.exception)
+
+
+def test_runs_carry_the_layout_version_and_a_later_one_is_refused(store: Store, tmp_path: Path) -> None:
+    parent = synthetic_sweep(
+        store.uri, "layouts", methods=["grpo"], tasks=["tool-calling"], models=["tiny"], seeds=[0], steps=2
+    )
+    client = MlflowClient(tracking_uri=store.uri)
+    experiment_id = client.get_experiment_by_name("layouts").experiment_id
+    runs = client.search_runs([experiment_id])
+    assert {r.data.tags.get("mrbench.schema") for r in runs} == {str(layout.SCHEMA_VERSION)}
+    cell = next(r for r in runs if r.info.run_id != parent)
+    # A run written before the layout was versioned (no tag) reads as it always did.
+    client.delete_tag(cell.info.run_id, "mrbench.schema")
+    assert build_report("layouts", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).exists()
+    # A run of a later layout is refused, naming its version, before any of its names is read.
+    client.set_tag(cell.info.run_id, "mrbench.schema", str(layout.SCHEMA_VERSION + 1))
+    with pytest.raises(UserError, match=rf"newer mrbench \(run layout {layout.SCHEMA_VERSION + 1};"):
+        build_report("layouts", tracking_uri=store.uri, out=tmp_path, log_to_parent=False)
