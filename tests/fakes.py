@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core import layout
+from mrbench.core.contracts import EvalResult, Generator, RewardComponent, Sample, Task
 from mrbench.core.errors import UserError
 from mrbench.core.registry import UnknownNameError
 from mrbench.engine.config import RunSpec, TrainSettings
@@ -409,3 +410,25 @@ def synthetic_sweep(
         )
     finish_parent_run(client, parent, "FINISHED")
     return parent
+
+
+class EmptyTask(Task):
+    """The least a task implements (the contract's required members), with no data and no rewards:
+    for tests of the machinery around a task."""
+
+    name = "plain"
+    version = "0"
+    primary_metric = "score"
+    max_completion_tokens = 8
+
+    def train_samples(self) -> list[Sample]:
+        return []
+
+    def eval_samples(self) -> list[Sample]:
+        return []
+
+    def reward_components(self) -> list[RewardComponent]:
+        return []
+
+    def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
+        return EvalResult({})

@@ -8,39 +8,23 @@ from typing import Any
 
 import pytest
 import typer
+from fakes import EmptyTask
 from typer.testing import CliRunner
 
 import mrbench.engine.scoring
 import mrbench.tasks as tasks
 from mrbench.cli.commands.score import register
-from mrbench.core.contracts import EvalResult, Generator, RewardComponent, Sample, ScoredItem, Task
+from mrbench.core.contracts import ScoredItem
 from mrbench.core.errors import UserError
 from mrbench.core.registry import Entry
 from mrbench.engine.scoring import read_items, score_task, summarize
 
 
-class _PlainTask(Task):
+class _PlainTask(EmptyTask):
     """The least a task implements: no scoring hooks, so `mrbench score` refuses it."""
-
-    name = "plain"
-    version = "0"
-    primary_metric = "score"
-    max_completion_tokens = 8
 
     def __init__(self) -> None:
         self.closed = 0
-
-    def train_samples(self) -> list[Sample]:
-        return []
-
-    def eval_samples(self) -> list[Sample]:
-        return []
-
-    def reward_components(self) -> list[RewardComponent]:
-        return []
-
-    def evaluate(self, generator: Generator, samples: list[Sample] | None = None) -> EvalResult:
-        return EvalResult({})
 
     def close(self) -> None:
         self.closed += 1
