@@ -29,8 +29,8 @@ from mrbench.core.errors import UserError
 from mrbench.engine import resume
 from mrbench.engine.checkpoints import CellFolder, parse_save
 from mrbench.engine.config import resolve_spec
+from mrbench.engine.run_diagnostics import DiagnosticsAccumulator
 from mrbench.engine.runner import run_cell
-from mrbench.engine.trainer import DiagnosticsAccumulator
 from mrbench.store.client import RetryingClient, ensure_experiment
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}

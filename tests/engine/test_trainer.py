@@ -14,7 +14,8 @@ from mrbench.core import layout
 from mrbench.core.errors import UnknownNameError
 from mrbench.core.rollout import RolloutBatch, RolloutContext
 from mrbench.engine.models import load_model, load_tokenizer
-from mrbench.engine.trainer import DiagnosticsAccumulator, MultiRewardGRPOTrainer, resolve_shadows
+from mrbench.engine.run_diagnostics import DiagnosticsAccumulator
+from mrbench.engine.trainer import MultiRewardGRPOTrainer, resolve_shadows
 
 G = 4
 
