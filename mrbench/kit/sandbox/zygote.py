@@ -51,6 +51,42 @@ _PRELOAD = (
 _TESTER_MAX_RUNS = 1000  # a fresh tester now and then bounds whatever the tests leave behind
 
 
+class _Run:
+    """One run's folders, files, pipes, clock, program and message to the tester (see
+    :meth:`Zygote._prepare_run`). Plain slots: the zygote imports no more than it needs."""
+
+    __slots__ = (
+        "ancillary",
+        "calls",
+        "compiled",
+        "deadline",
+        "err_path",
+        "files",
+        "job_line",
+        "job_path",
+        "limits",
+        "out_path",
+        "replies",
+        "run_dir",
+        "started",
+        "work",
+    )
+    ancillary: list[tuple[int, int, Any]]
+    calls: tuple[int, int]  # (read, write): the candidate's calls to the tests
+    compiled: Compiled
+    deadline: float
+    err_path: str
+    files: list[int]  # the candidate's stdout and stderr
+    job_line: bytes
+    job_path: str
+    limits: dict[str, Any]
+    out_path: str
+    replies: tuple[int, int]  # (read, write): the tests' replies to the candidate
+    run_dir: str
+    started: float
+    work: str
+
+
 class Zygote:
     """The zygote's state: isolation set up once, a persistent tester, then one :meth:`run` per request.
 
@@ -192,93 +228,136 @@ class Zygote:
     # -- one run -------------------------------------------------------------------------------
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
         """Run one request (code, prelude, exports, job file name, limits); the Result's fields."""
+        self._ensure_tester(req["limits"])
+        run = self._prepare_run(req)
+        cand_pid = self._fork_candidate(run)
+        nonce, tester_gone = self._send_job(run)
+        verdict, timed_out, harness_gone = None, False, False
+        if not tester_gone:
+            verdict, timed_out, harness_gone, tester_gone = self._await_tester(nonce, run.deadline)
+        verdict_at = time.monotonic()
+        cand_status = self._reap_candidate(cand_pid, verdict, quick=timed_out or tester_gone)
+        if timed_out and not harness_gone and not tester_gone:
+            harness_gone, tester_gone = self._after_timeout(nonce)
+        test_status = self._stop_tester() if tester_gone else None
+        self.tester_runs += 1
+        out_tail, err_tail, log_tail = self._read_outputs(run, verdict)
+        self._clear_run(run)
+        if harness_gone:
+            raise SystemExit(0)
+        result: dict[str, Any] = {
+            "wall_s": round(verdict_at - run.started, 6),
+            "stdout": out_tail,
+            "stderr": err_tail,
+        }
+        result.update(_exit_fields(cand_status))
+        result.update(classify(verdict, timed_out, cand_status, test_status, log_tail))
+        return result
+
+    def _prepare_run(self, req: dict[str, Any]) -> _Run:
+        """The run's folders, output files and pipes, its clock, and the program and the message to
+        the tester made ready: all before the fork, as every page written later is copied."""
         import array
         import socket
 
-        limits = req["limits"]
-        self._ensure_tester(limits)
-        run_dir = isolation.mkdtemp(self.spool, "run-")
-        work = os.path.join(run_dir, "work")
-        os.mkdir(work, 0o700)
+        run = _Run()
+        run.limits = limits = req["limits"]
+        run.run_dir = isolation.mkdtemp(self.spool, "run-")
+        run.work = os.path.join(run.run_dir, "work")
+        os.mkdir(run.work, 0o700)
         if self.root:
             assert self.uids is not None
-            os.chown(work, self.uids[0], self.uids[0])
-        job_path = os.path.join(self.jobs_dir, os.path.basename(req["job_file"]))
-        out_path, err_path = os.path.join(run_dir, "out"), os.path.join(run_dir, "err")
-        files = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for p in (out_path, err_path)]
-        calls_r, calls_w = os.pipe()
-        replies_r, replies_w = os.pipe()
-        started = time.monotonic()
-        deadline = started + float(limits["timeout_s"])
+            os.chown(run.work, self.uids[0], self.uids[0])
+        run.job_path = os.path.join(self.jobs_dir, os.path.basename(req["job_file"]))
+        run.out_path, run.err_path = os.path.join(run.run_dir, "out"), os.path.join(run.run_dir, "err")
+        run.files = [
+            os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for p in (run.out_path, run.err_path)
+        ]
+        run.calls = os.pipe()
+        run.replies = os.pipe()
+        run.started = time.monotonic()
+        run.deadline = run.started + float(limits["timeout_s"])
 
-        compiled = Compiled(req)
-        job_line = os.path.basename(job_path).encode() + b"\n"
-        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [replies_r, calls_w]))]
+        run.compiled = Compiled(req)
+        run.job_line = os.path.basename(run.job_path).encode() + b"\n"
+        fds = array.array("i", [run.replies[0], run.calls[1]])
+        run.ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+        return run
+
+    def _fork_candidate(self, run: _Run) -> int:
+        """Fork the candidate (which never returns from here); its pid."""
         cand_pid = os.fork()
         if cand_pid == 0:
+            compiled = run.compiled
             self._child(
                 role="candidate",
-                fds={0: None, 1: files[0], 2: files[1], FD_CALLS_IN: calls_r, FD_REPLIES_OUT: replies_w},
-                cwd=work,
-                limits=limits,
+                fds={
+                    0: None,
+                    1: run.files[0],
+                    2: run.files[1],
+                    FD_CALLS_IN: run.calls[0],
+                    FD_REPLIES_OUT: run.replies[1],
+                },
+                cwd=run.work,
+                limits=run.limits,
                 body=lambda: serve_candidate(compiled),
             )
+        return cand_pid
+
+    def _send_job(self, run: _Run) -> tuple[str, bool]:
+        """Hand the run to the tester, then close our ends of the run's files and pipes:
+        (the run's nonce, whether the tester is gone)."""
         # Drawn only now, so the candidate (a copy of our memory at fork time) never holds it.
         # (Little else happens while the candidate lives: every page we write now costs a
         # copy-on-write fault, so the message to the tester was prepared before the fork.)
         nonce = os.urandom(16).hex()
         tester_gone = False
         try:
-            self.tester_sock.sendmsg([job_line, nonce.encode()], ancillary)
+            self.tester_sock.sendmsg([run.job_line, nonce.encode()], run.ancillary)
         except OSError:
             tester_gone = True
-        for fd in (calls_r, calls_w, replies_r, replies_w, *files):
+        for fd in (*run.calls, *run.replies, *run.files):
             os.close(fd)
+        return nonce, tester_gone
 
-        verdict, timed_out, harness_gone = None, False, False
-        if not tester_gone:
-            verdict, timed_out, harness_gone, tester_gone = self._await_tester(nonce, deadline)
-        verdict_at = time.monotonic()
+    def _reap_candidate(self, cand_pid: int, verdict: Any, *, quick: bool) -> int | None:
+        """Kill and reap everything of the run but the tester; the candidate's wait status when it
+        ended by itself, else None. ``quick``: the run timed out or the tester is gone."""
         # When the tests lost the program, give its exit a moment to land so we can say how it
         # ended; normally it ends by itself right after the verdict (the tests hang up).
         lost = isinstance(verdict, dict) and verdict.get("v") in ("gone", "error")
-        ended = processes.wait_exits((cand_pid,), 0.0 if timed_out or tester_gone else 0.05 if lost else 0.02)
+        ended = processes.wait_exits((cand_pid,), 0.0 if quick else 0.05 if lost else 0.02)
         cand_status = ended.get(cand_pid)
         self._cleanup(cand_pid, fast=cand_pid in ended)
-        if timed_out and not harness_gone and not tester_gone:
-            # The tester may still be waiting on the killed program or stuck in the tests:
-            # let it report (the late verdict is ignored), else replace it.
-            _, still_waiting, harness_gone, tester_gone = self._await_tester(nonce, time.monotonic() + 1.0)
-            tester_gone = tester_gone or still_waiting
-        test_status = self._stop_tester() if tester_gone else None
-        self.tester_runs += 1
+        return cand_status
 
-        out_tail = _tail(out_path, int(limits["output_bytes"]))
-        err_tail = _tail(err_path, int(limits["output_bytes"]))
+    def _after_timeout(self, nonce: str) -> tuple[bool, bool]:
+        """(harness_gone, tester_gone) after a run timed out.
+
+        The tester may still be waiting on the killed program or stuck in the tests: let it
+        report (the late verdict is ignored), else it is gone (to be replaced).
+        """
+        _, still_waiting, harness_gone, tester_gone = self._await_tester(nonce, time.monotonic() + 1.0)
+        return harness_gone, tester_gone or still_waiting
+
+    def _read_outputs(self, run: _Run, verdict: Any) -> tuple[str, str, str]:
+        """The tails of the candidate's stdout and stderr, and of the tester's log when there is
+        no verdict or it is the harness's (else ""); the log is emptied for the next run."""
+        out_tail = _tail(run.out_path, int(run.limits["output_bytes"]))
+        err_tail = _tail(run.err_path, int(run.limits["output_bytes"]))
         log_tail = _tail(self.tester_log, 2000) if verdict is None or verdict.get("v") == "harness" else ""
         try:
             os.truncate(self.tester_log, 0)
         except OSError:
             pass
-        isolation.rmtree(run_dir)
-        isolation.rmtree(job_path)
+        return out_tail, err_tail, log_tail
+
+    def _clear_run(self, run: _Run) -> None:
+        """Delete the run's folder and job file, and what it left in /tmp."""
+        isolation.rmtree(run.run_dir)
+        isolation.rmtree(run.job_path)
         if self.filesystem_isolated:  # else /tmp is the host's: never delete what we did not create
             isolation.empty_tmp(keep=self.spool)
-        if harness_gone:
-            raise SystemExit(0)
-
-        result: dict[str, Any] = {
-            "wall_s": round(verdict_at - started, 6),
-            "stdout": out_tail,
-            "stderr": err_tail,
-        }
-        if cand_status is not None:  # it ended by itself, before we killed anything
-            if os.WIFSIGNALED(cand_status):
-                result["signal"] = os.WTERMSIG(cand_status)
-            elif os.WIFEXITED(cand_status):
-                result["exit_code"] = os.WEXITSTATUS(cand_status)
-        result.update(classify(verdict, timed_out, cand_status, test_status, log_tail))
-        return result
 
     def _child(
         self, *, role: str, fds: dict[int, int | None], cwd: str, limits: dict[str, Any], body: Any
@@ -365,6 +444,18 @@ class Zygote:
             os.waitpid(reaper, 0)
         processes.kill_descendants(os.getpid(), set())
         isolation.rmtree(self.spool)
+
+
+def _exit_fields(status: int | None) -> dict[str, int]:
+    """``signal`` or ``exit_code`` of a candidate that ended by itself (wait ``status``), before we
+    killed anything; nothing when it did not."""
+    if status is None:
+        return {}
+    if os.WIFSIGNALED(status):
+        return {"signal": os.WTERMSIG(status)}
+    if os.WIFEXITED(status):
+        return {"exit_code": os.WEXITSTATUS(status)}
+    return {}
 
 
 def _tail(path: str, n: int) -> str:
