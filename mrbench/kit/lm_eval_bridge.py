@@ -261,14 +261,31 @@ def export_lm_eval_task(
     ``score_fn`` must be an importable ``"module:attr"`` (the generated utils module resolves it
     when lm-eval loads the task).
     """
+    _check_args(samples, task_name, metric_names, max_new_tokens)
+    config = _config(
+        task_name=task_name,
+        metric_names=metric_names,
+        max_new_tokens=max_new_tokens,
+        until=until,
+        lower_is_better=lower_is_better,
+        version=version,
+        shots=shared_shots(samples),
+    )
+    return _write_task(samples, directory, config, score_fn)
+
+
+def _write_task(
+    samples: Sequence[Sample], directory: str | Path, config: dict[str, Any], score_fn: str
+) -> Path:
+    """Write the task folder (rows, utils module, YAML) for the task ``config``; the YAML path."""
     import yaml
 
-    _check_args(samples, task_name, metric_names, max_new_tokens)
     resolve_score_fn(score_fn)  # fail now, not inside lm-eval
+    task_name = config["task"]
+    metric_names = [m["metric"] for m in config["metric_list"]]
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     rows = [sample_to_row(i, s) for i, s in enumerate(samples)]
-    shots = shared_shots(samples)
     (out / f"{task_name}.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
     )
@@ -278,19 +295,10 @@ def export_lm_eval_task(
         "from pathlib import Path\n\n"
         "from mrbench.kit.lm_eval_bridge import dataset_from_jsonl, process_results_from\n\n"
         f"_DATA = Path(__file__).with_name({task_name + '.jsonl'!r})\n"
-        f"process_results = process_results_from({score_fn!r}, {list(metric_names)!r})\n\n\n"
+        f"process_results = process_results_from({score_fn!r}, {metric_names!r})\n\n\n"
         "def load_dataset(**kwargs):\n"
         "    return dataset_from_jsonl(_DATA)\n",
         encoding="utf-8",
-    )
-    config = _config(
-        task_name=task_name,
-        metric_names=metric_names,
-        max_new_tokens=max_new_tokens,
-        until=until,
-        lower_is_better=lower_is_better,
-        version=version,
-        shots=shots,
     )
     text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
     text += f"custom_dataset: !function {utils.stem}.load_dataset\n"
@@ -344,50 +352,64 @@ def run_generation_task(
     Returns:
         :class:`GenerationRun` with completions and scores in sample order.
     """
-    from lm_eval.evaluator import evaluate
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
-
     samples = list(samples)
     _check_args(samples, task_name, metric_names, max_new_tokens)
-    if export_dir is not None:
-        if not isinstance(score_fn, str):
-            raise ValueError("export_dir needs score_fn as an importable 'module:attr' string")
-        export_lm_eval_task(
-            samples,
-            export_dir,
-            task_name=task_name,
-            score_fn=score_fn,
-            metric_names=metric_names,
-            max_new_tokens=max_new_tokens,
-            until=until,
-            lower_is_better=lower_is_better,
-            version=version,
-        )
-        manager = TaskManager(include_path=str(export_dir), include_defaults=False)
-        spec: Any = task_name
+    config = _config(
+        task_name=task_name,
+        metric_names=metric_names,
+        max_new_tokens=max_new_tokens,
+        until=until,
+        lower_is_better=lower_is_better,
+        version=version,
+        shots=shared_shots(samples),
+    )
+    if export_dir is None:
+        manager, spec = _inline_task(samples, config, score_fn, metric_names)
     else:
-        rows = [sample_to_row(i, s) for i, s in enumerate(samples)]
-        spec = _config(
-            task_name=task_name,
-            metric_names=metric_names,
-            max_new_tokens=max_new_tokens,
-            until=until,
-            lower_is_better=lower_is_better,
-            version=version,
-            shots=shared_shots(samples),
-        )
-        # lm-eval calls custom_dataset(**metadata); the rows are already built.
-        spec["custom_dataset"] = lambda **_: rows_dataset(rows)
-        spec["process_results"] = process_results_from(score_fn, metric_names)
-        manager = TaskManager(include_defaults=False)  # skip indexing lm-eval's ~10k built-in YAMLs
+        manager, spec = _exported_task(samples, config, score_fn, export_dir)
+    results = _evaluate(generator, manager, spec, batch_size)
+    if results is None:  # only on non-zero ranks of a distributed launch
+        return GenerationRun([], [], {})
+    return _collect(results, task_name, metric_names, len(samples))
+
+
+def _inline_task(
+    samples: list[Sample], config: dict[str, Any], score_fn: ScoreFn | str, metric_names: Sequence[str]
+) -> tuple[Any, dict[str, Any]]:
+    """lm-eval's task manager and the task as a config dict with the rows and ``score_fn`` in it."""
+    from lm_eval.tasks import TaskManager
+
+    rows = [sample_to_row(i, s) for i, s in enumerate(samples)]
+    # lm-eval calls custom_dataset(**metadata); the rows are already built.
+    config["custom_dataset"] = lambda **_: rows_dataset(rows)
+    config["process_results"] = process_results_from(score_fn, metric_names)
+    return TaskManager(include_defaults=False), config  # skip indexing lm-eval's ~10k built-in YAMLs
+
+
+def _exported_task(
+    samples: list[Sample], config: dict[str, Any], score_fn: ScoreFn | str, export_dir: str | Path
+) -> tuple[Any, str]:
+    """lm-eval's task manager over the task written to ``export_dir``, and the task's name."""
+    from lm_eval.tasks import TaskManager
+
+    if not isinstance(score_fn, str):
+        raise ValueError("export_dir needs score_fn as an importable 'module:attr' string")
+    _write_task(samples, export_dir, config, score_fn)
+    return TaskManager(include_path=str(export_dir), include_defaults=False), config["task"]
+
+
+def _evaluate(generator: Any, manager: Any, spec: Any, batch_size: int) -> dict[str, Any] | None:
+    """lm-eval's results for the task ``spec`` (None on the non-zero ranks of a distributed launch);
+    the model's train/eval mode is restored."""
+    from lm_eval.evaluator import evaluate
+    from lm_eval.models.huggingface import HFLM
 
     model = generator.model
     was_training = bool(getattr(model, "training", False))
     try:
         # add_bos_token=False: the chat template already writes any markup the model expects.
         lm = HFLM(pretrained=model, tokenizer=generator.tokenizer, batch_size=batch_size, add_bos_token=False)
-        results = evaluate(
+        results: dict[str, Any] | None = evaluate(
             lm=lm,
             task_dict=manager.load([spec]),
             bootstrap_iters=0,
@@ -397,11 +419,16 @@ def run_generation_task(
         )
     finally:
         model.train(was_training)
-    if results is None:  # only on non-zero ranks of a distributed launch
-        return GenerationRun([], [], {})
+    return results
+
+
+def _collect(
+    results: dict[str, Any], task_name: str, metric_names: Sequence[str], n_samples: int
+) -> GenerationRun:
+    """Completions and scores in sample order (lm-eval logs them by its own order), and the means."""
     logged = sorted(results["samples"][task_name], key=lambda ex: ex["doc"]["idx"])
-    if len(logged) != len(samples):
-        raise RuntimeError(f"lm-eval returned {len(logged)} results for {len(samples)} samples")
+    if len(logged) != n_samples:
+        raise RuntimeError(f"lm-eval returned {len(logged)} results for {n_samples} samples")
     completions = [str(ex["filtered_resps"][0]) for ex in logged]
     scores = [{m: float(ex[m]) for m in metric_names} for ex in logged]
     metrics = {m: _nanmean([s[m] for s in scores]) for m in metric_names}
