@@ -169,34 +169,14 @@ def problem_from_record(where: str, record: dict[str, Any]) -> Problem:
     qid = str(field(NAME, where, record, "question_id", (str, int)))
     content = field(NAME, where, record, "question_content")
     starter = record.get("starter_code") or ""
-    metadata = record.get("metadata") or "{}"
-    if isinstance(metadata, str):
-        try:
-            metadata = json.loads(metadata)
-        except json.JSONDecodeError:
-            raise UserError(f"dataset {NAME!r}: {where}: field 'metadata' is not valid JSON") from None
-    tests = decode_tests(
-        field(NAME, where, record, "public_test_cases", (str, list)), where, "public_test_cases"
-    )
-    if "private_test_cases" in record:
-        tests += decode_tests(record["private_test_cases"], where, "private_test_cases")
-    if not tests:
-        raise UserError(f"dataset {NAME!r}: {where}: no test cases")
-    cases = []
-    for i, test in enumerate(tests):
-        label = f"{where} test {i}"
-        cases.append((str(field(NAME, label, test, "input")), str(field(NAME, label, test, "output"))))
-    kinds = {str(t.get("testtype", "stdin")) for t in tests}
-    if kinds - {"stdin", "functional"} or len(kinds) != 1:
-        raise UserError(
-            f"dataset {NAME!r}: {where}: testtype must be all 'stdin' or all 'functional', got {kinds}"
-        )
+    metadata = _metadata(where, record)
+    cases, kind = _test_cases(where, record)
     cases_literal = f"CASES = {json.dumps(cases)!r}\nCASES = json.loads(CASES)\n"
     intro = (
         "You will be given a question (problem specification) and will generate a correct Python "
         f"program that matches the specification and passes all tests.\n\nQuestion: {content.strip()}\n\n"
     )
-    if kinds == {"functional"}:
+    if kind == "functional":
         fn_name = metadata.get("func_name") if isinstance(metadata, dict) else None
         if not isinstance(fn_name, str) or not fn_name.isidentifier():
             raise UserError(f"dataset {NAME!r}: {where}: functional tests need metadata 'func_name'")
@@ -227,6 +207,39 @@ def problem_from_record(where: str, record: dict[str, Any]) -> Problem:
         prelude=IMPORTS + PROGRAM_RUNNER,
         program=True,
     )
+
+
+def _metadata(where: str, record: dict[str, Any]) -> Any:
+    """The record's ``metadata`` (a JSON string in the dataset's files), decoded; ``{}`` when absent."""
+    metadata = record.get("metadata") or "{}"
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except json.JSONDecodeError:
+            raise UserError(f"dataset {NAME!r}: {where}: field 'metadata' is not valid JSON") from None
+    return metadata
+
+
+def _test_cases(where: str, record: dict[str, Any]) -> tuple[list[tuple[str, str]], str]:
+    """The record's public and private tests as ``(input, output)`` pairs, and their one
+    ``testtype`` (``stdin`` or ``functional``)."""
+    tests = decode_tests(
+        field(NAME, where, record, "public_test_cases", (str, list)), where, "public_test_cases"
+    )
+    if "private_test_cases" in record:
+        tests += decode_tests(record["private_test_cases"], where, "private_test_cases")
+    if not tests:
+        raise UserError(f"dataset {NAME!r}: {where}: no test cases")
+    cases = []
+    for i, test in enumerate(tests):
+        label = f"{where} test {i}"
+        cases.append((str(field(NAME, label, test, "input")), str(field(NAME, label, test, "output"))))
+    kinds = {str(t.get("testtype", "stdin")) for t in tests}
+    if kinds - {"stdin", "functional"} or len(kinds) != 1:
+        raise UserError(
+            f"dataset {NAME!r}: {where}: testtype must be all 'stdin' or all 'functional', got {kinds}"
+        )
+    return cases, kinds.pop()
 
 
 def livecodebench_problems(data_path: str) -> list[Problem]:
