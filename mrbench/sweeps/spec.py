@@ -1,39 +1,12 @@
 """What a sweep runs: methods × tasks × models × seeds plus shared settings, from presets, a
 YAML file and CLI flags (later sources override earlier ones), validated before any training.
 
-A YAML sweep file (every key optional; unknown keys are an error)::
-
-    name: my-sweep               # MLflow experiment and report folder; default: the file name, slugged
-    preset: cpu                  # start from a preset, then override below
-    methods: [grpo, gdpo, corrgrpo]
-    method_params: {corrgrpo: {eps: 1.0e-6}}
-    tasks: [tool-calling, code-generation]
-    task_params: {tool-calling: {n_train: 256}}
-    models: [tiny, tiny-s]       # or per task: {code-generation: [tiny], tool-calling: [tiny-s]}
-    seeds: [0, 1, 2]             # or n_seeds: 3
-    steps: 40                    # training steps for every cell (overrides train.steps)
-    train: {learning_rate: 1.0e-5}           # TrainSettings overrides for every cell
-    task_train: {code-generation: {num_generations: 8}}   # per-task TrainSettings overrides
-    model_train: {tiny-l: {gradient_checkpointing: true}}  # per-model ones, applied after task_train
-    workers: 1                   # cells at a time on this machine (separate processes when > 1)
-    executor: local              # or ray
-    ray_address: null            # ray.init(address=...) for --executor ray; null = local Ray
-    gpus_per_cell: 0             # Ray resources per cell: GPUs
-    cpus_per_cell: 1             # and CPUs (also the cell's thread count)
-    processes_per_cell: 1        # > 1: each cell trains in that many processes (accelerate launch)
-    distributed: ddp             # with processes_per_cell > 1: ddp, fsdp or zero3 (GPUs only)
-    report: true                 # write the report when the sweep ends
-    eval: {code-generation: [humaneval], tool-calling: [bfcl-simple]}  # extra datasets per task,
-                                 # evaluated on each cell's saved policy after training (none by default)
-    lab: [scale, anti]           # estimator-lab scenarios run before the report; [] = none; default all
-    lab_seeds: 50                # seeds per lab scenario
+Each setting is declared once, in :data:`mrbench.sweeps.settings.SETTINGS`: its YAML key, how it
+is read and checked, its ``mrbench sweep`` option and its row in ``docs/sweep-yaml.md``.
 
 A file that is empty, not UTF-8, not YAML, repeats a key, or lists a method, task, model or seed
 twice is an error (on the command line a repeated entry is dropped). Without ``name``, the sweep
 is named after the file: ``my sweep.yaml`` → ``my-sweep``.
-
-Names, hyper-parameters and train fields are checked by :func:`mrbench.engine.config.resolve_spec`
-when the grid is expanded (see :mod:`mrbench.sweeps.grid`); this module checks shapes and types.
 """
 
 from __future__ import annotations
@@ -47,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.engine.distributed import DISTRIBUTED
 from mrbench.lab.presets import PRESETS as LAB_PRESETS
-from mrbench.lab.presets import get_scenario
 from mrbench.sweeps.paper import PAPER_MODEL_TRAIN, PAPER_MODELS, PAPER_TRAIN
+from mrbench.sweeps.settings import BY_KEY, NAME_RE, SETTINGS, At
 
 MAIN_METHODS = ("grpo", "gdpo", "corrgrpo")
 LAB_SCENARIOS = tuple(LAB_PRESETS)  # every preset runs every lab scenario (seconds in all)
@@ -62,10 +34,6 @@ SMOL_MODEL = "smollm2-135m"
 # start alone takes about 25 minutes and each of its cells several, which would turn an hour and a
 # half into an afternoon. Add it with `--models tiny,tiny-s,tiny-m,tiny-l` where there are cores.
 CPU_LADDER = TINY_LADDER[:3]
-EXECUTORS = ("local", "ray")
-
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 @dataclass(frozen=True)
@@ -110,6 +78,12 @@ class SweepSpec:
     """Processes training each cell (``accelerate launch``; see :mod:`mrbench.engine.distributed`)."""
     distributed: str = "ddp"
     """The ``accelerate`` preset of a multi-process cell: ``ddp``, ``fsdp`` or ``zero3``."""
+    checkpoint_every: int | None = None
+    """Training checkpoints every N steps (0: none); None: ``$MRBENCH_CHECKPOINT_EVERY``, else a tenth
+    of the steps. Handed to each cell with its spec (:class:`mrbench.engine.config.CellOptions`)."""
+    tracking_retry_s: float | None = None
+    """Seconds each cell retries an unreachable store; None: ``$MRBENCH_TRACKING_RETRY_S``, else 300.
+    Handed to each cell with its spec, like ``checkpoint_every``."""
     report: bool = True
     """Write the report when the sweep ends."""
     eval: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -140,6 +114,9 @@ class SweepSpec:
         """The spec as sweep-file settings: written as YAML and passed to ``--config`` it gives
         back an equal spec (the report shows it in this form)."""
         d = asdict(self)
+        for key in _CELL_OPTIONS:  # shown only when given: how cells run, not what they compute
+            if d[key] is None:
+                del d[key]
         for key in ("methods", "tasks", "seeds", "lab"):
             d[key] = list(d[key])
         d["eval"] = {t: list(v) for t, v in self.eval.items()}
@@ -150,6 +127,8 @@ class SweepSpec:
         del d["task_models"]
         return d
 
+
+_CELL_OPTIONS = ("checkpoint_every", "tracking_retry_s")
 
 PRESETS: dict[str, SweepSpec] = {
     # The default: every main method on every task, the tiny model, three seeds (the fewest that
@@ -213,132 +192,49 @@ PRESETS: dict[str, SweepSpec] = {
     ),
 }
 
-_KEYS = (
-    "name",
-    "preset",
-    "methods",
-    "method_params",
-    "tasks",
-    "task_params",
-    "models",
-    "seeds",
-    "n_seeds",
-    "steps",
-    "train",
-    "task_train",
-    "model_train",
-    "workers",
-    "executor",
-    "ray_address",
-    "gpus_per_cell",
-    "cpus_per_cell",
-    "processes_per_cell",
-    "distributed",
-    "report",
-    "eval",
-    "lab",
-    "lab_seeds",
-)
-
-
-def _where(source: str) -> str:
-    return f" in {source}" if source else ""
-
-
-def _bad(key: str, source: str, expected: str, value: Any) -> UserError:
-    return UserError(f"sweep setting {key!r}{_where(source)}: expected {expected}, got {value!r}")
-
 
 def _check_keys(data: Mapping[str, Any], source: str) -> None:
-    unknown = [k for k in data if k not in _KEYS]
+    """UserError naming every unknown key (with "did you mean") and the known ones."""
+    unknown = [k for k in data if k not in BY_KEY]
     if not unknown:
         return
     parts = []
     for key in unknown:
-        close = difflib.get_close_matches(str(key), _KEYS, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(str(key), list(BY_KEY), n=1, cutoff=0.6)
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     raise UserError(
-        f"unknown sweep setting(s) {', '.join(parts)}{_where(source)}. Known settings: {', '.join(_KEYS)}."
+        f"unknown sweep setting(s) {', '.join(parts)}{At('', source).where}. "
+        f"Known settings: {', '.join(BY_KEY)}."
     )
 
 
-def _unique(items: list[Any], key: str, source: str, dedupe: bool) -> tuple[Any, ...]:
-    """``items`` in order; a repeated entry is dropped with ``dedupe``, else an error naming it."""
-    repeated = list(dict.fromkeys(v for i, v in enumerate(items) if v in items[:i]))
-    if repeated and not dedupe:
-        raise UserError(
-            f"sweep setting {key!r}{_where(source)} lists {', '.join(map(repr, repeated))} more than once"
-        )
-    return tuple(dict.fromkeys(items))
-
-
-def _names(value: Any, key: str, source: str, dedupe: bool = False) -> tuple[str, ...]:
-    """A non-empty list of names from a YAML list or a comma-separated string, order kept; a repeated
-    name is an error, or dropped with ``dedupe``."""
-    if isinstance(value, str):
-        items: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    else:
-        raise UserError(f"sweep setting {key!r}{_where(source)}: expected a list of names, got {value!r}")
-    bad = [v for v in items if not isinstance(v, str) or not v.strip()]
-    if bad or not items:
-        raise UserError(
-            f"sweep setting {key!r}{_where(source)}: expected a non-empty list of names, got {value!r}"
-        )
-    return _unique([v.strip() for v in items], key, source, dedupe)
-
-
-def _int(value: Any, key: str, source: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise _bad(key, source, f"an integer ≥ {minimum}", value)
-    try:
-        number = int(value)
-    except ValueError:
-        raise _bad(key, source, f"an integer ≥ {minimum}", value) from None
-    if number < minimum:
-        raise _bad(key, source, f"an integer ≥ {minimum}", value)
-    return number
-
-
-def _seeds(value: Any, source: str, dedupe: bool = False) -> tuple[int, ...]:
-    if isinstance(value, str):
-        raw: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
-    elif isinstance(value, list | tuple):
-        raw = list(value)
-    elif isinstance(value, int) and not isinstance(value, bool):
-        raw = [value]
-    else:
-        raise UserError(f"sweep setting 'seeds'{_where(source)}: expected a list of integers, got {value!r}")
-    if not raw:
-        raise UserError(f"sweep setting 'seeds'{_where(source)}: expected at least one seed")
-    return _unique([_int(v, "seeds", source, minimum=0) for v in raw], "seeds", source, dedupe)
-
-
-def _lab_scenarios(value: Any, source: str, dedupe: bool) -> tuple[str, ...]:
-    """Lab scenario names (``[]`` or null: none); an unknown name is the lab's UnknownNameError."""
-    if value is None or (isinstance(value, list | tuple | str) and not value):
-        return ()
-    names = _names(value, "lab", source, dedupe)
-    for name in names:
-        get_scenario(name)
-    return names
-
-
-def _mapping(value: Any, key: str, source: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise UserError(f"sweep setting {key!r}{_where(source)}: expected a mapping, got {value!r}")
-    bad = [k for k in value if not isinstance(k, str)]
-    if bad:
-        raise UserError(f"sweep setting {key!r}{_where(source)}: keys must be names, got {bad!r}")
-    return dict(value)
-
-
-def _nested(value: Any, key: str, source: str) -> dict[str, dict[str, Any]]:
-    outer = _mapping(value, key, source)
-    return {name: _mapping(inner, f"{key}.{name}", source) for name, inner in outer.items()}
+def apply_settings(
+    base: SweepSpec, data: Mapping[str, Any], *, source: str = "", dedupe: bool = False
+) -> SweepSpec:
+    """``base`` overridden by the settings in ``data`` (YAML keys), each read as
+    :data:`~mrbench.sweeps.settings.SETTINGS` declares; ``source`` names where they came from in
+    error messages. A method, task, model or seed listed twice is an error, or dropped with
+    ``dedupe`` (comma-separated command-line options)."""
+    _check_keys(data, source)
+    given = [s for s in SETTINGS if s.key in data]
+    for setting in given:
+        if setting.excludes in data:
+            where = At("", source).where
+            raise UserError(f"give either {setting.excludes!r} or {setting.key!r}{where}, not both")
+    changes: dict[str, Any] = {}
+    for setting in given:
+        value = setting.read(data[setting.key], At(setting.key, source, dedupe))
+        changes.update({setting.field: value} if setting.field else value)
+    spec = replace(base, **changes)
+    # Per-name entries written in *this* source must name the sweep's methods/tasks/models (a typo
+    # would otherwise be ignored). Entries inherited from a preset, or left over after a later
+    # source narrows the axes (e.g. ``--tasks``), are dropped by :func:`_drop_unused` instead.
+    for setting in given:
+        if setting.within is not None:
+            field_name, axis = setting.within
+            allowed = _all_models(spec) if axis == "models" else getattr(spec, axis)
+            _check_subset(getattr(spec, field_name), allowed, setting.key, axis)
+    return spec
 
 
 def _check_subset(mapping: Mapping[str, Any], allowed: tuple[str, ...], key: str, axis: str) -> None:
@@ -348,99 +244,6 @@ def _check_subset(mapping: Mapping[str, Any], allowed: tuple[str, ...], key: str
             f"sweep setting {key!r} names {', '.join(repr(e) for e in extra)}, which is not among the "
             f"sweep's {axis} ({', '.join(allowed)}); add it to {axis} or fix the name."
         )
-
-
-def apply_settings(
-    base: SweepSpec, data: Mapping[str, Any], *, source: str = "", dedupe: bool = False
-) -> SweepSpec:
-    """``base`` overridden by the settings in ``data`` (YAML keys), validated; ``source`` names
-    where they came from in error messages. A method, task, model or seed listed twice is an
-    error, or dropped with ``dedupe`` (comma-separated command-line options)."""
-    _check_keys(data, source)
-    changes: dict[str, Any] = {}
-    if "name" in data:
-        name = data["name"]
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise UserError(
-                f"sweep setting 'name'{_where(source)}: {name!r} is not a valid sweep name "
-                "(letters, digits, '.', '_', '-'; it names the MLflow experiment and the report folder)"
-            )
-        changes["name"] = name
-    for key in ("methods", "tasks"):
-        if key in data:
-            changes[key] = _names(data[key], key, source, dedupe)
-    if "models" in data:
-        models = data["models"]
-        if isinstance(models, Mapping):
-            per_task = {str(t): _names(m, f"models.{t}", source, dedupe) for t, m in models.items()}
-            changes["task_models"] = per_task
-            changes["models"] = ()
-        else:
-            changes["models"] = _names(models, "models", source, dedupe)
-            changes["task_models"] = {}
-    if "seeds" in data and "n_seeds" in data:
-        raise UserError(f"give either 'seeds' or 'n_seeds'{_where(source)}, not both")
-    if "seeds" in data:
-        changes["seeds"] = _seeds(data["seeds"], source, dedupe)
-    if "n_seeds" in data:
-        changes["seeds"] = tuple(range(_int(data["n_seeds"], "n_seeds", source, minimum=1)))
-    if "steps" in data:
-        changes["steps"] = None if data["steps"] is None else _int(data["steps"], "steps", source, minimum=1)
-    if "workers" in data:
-        changes["workers"] = _int(data["workers"], "workers", source, minimum=1)
-    if "executor" in data:
-        if data["executor"] not in EXECUTORS:
-            raise _bad("executor", source, f"one of {', '.join(EXECUTORS)}", data["executor"])
-        changes["executor"] = data["executor"]
-    if "ray_address" in data:
-        if data["ray_address"] is not None and not isinstance(data["ray_address"], str):
-            raise UserError(f"sweep setting 'ray_address'{_where(source)}: expected an address string")
-        changes["ray_address"] = data["ray_address"]
-    if "gpus_per_cell" in data:
-        gpus = data["gpus_per_cell"]
-        if isinstance(gpus, bool) or not isinstance(gpus, int | float) or gpus < 0:
-            raise _bad("gpus_per_cell", source, "a number ≥ 0", gpus)
-        changes["gpus_per_cell"] = float(gpus)
-    if "cpus_per_cell" in data:
-        cpus = data["cpus_per_cell"]
-        if isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0:
-            raise _bad("cpus_per_cell", source, "a number > 0", cpus)
-        changes["cpus_per_cell"] = float(cpus)
-    if "processes_per_cell" in data:
-        processes = _int(data["processes_per_cell"], "processes_per_cell", source, minimum=1)
-        changes["processes_per_cell"] = processes
-    if "distributed" in data:
-        if data["distributed"] not in DISTRIBUTED:
-            raise _bad("distributed", source, f"one of {', '.join(DISTRIBUTED)}", data["distributed"])
-        changes["distributed"] = data["distributed"]
-    if "lab" in data:
-        changes["lab"] = _lab_scenarios(data["lab"], source, dedupe)
-    if "lab_seeds" in data:
-        changes["lab_seeds"] = _int(data["lab_seeds"], "lab_seeds", source, minimum=1)
-    if "report" in data:
-        if not isinstance(data["report"], bool):
-            raise _bad("report", source, "true or false", data["report"])
-        changes["report"] = data["report"]
-    if "train" in data:
-        changes["train"] = _mapping(data["train"], "train", source)
-    if "eval" in data:
-        evals = _mapping(data["eval"], "eval", source)
-        changes["eval"] = {t: _names(v, f"eval.{t}", source, dedupe) for t, v in evals.items()}
-    for key in ("method_params", "task_params", "task_train", "model_train"):
-        if key in data:
-            changes[key] = _nested(data[key], key, source)
-    spec = replace(base, **changes)
-    # Per-name entries written in *this* source must name the sweep's methods/tasks (a typo would
-    # otherwise be ignored). Entries inherited from a preset, or left over after a later source
-    # narrows the axes (e.g. ``--tasks``), are dropped by :func:`_drop_unused` instead.
-    if "method_params" in changes:
-        _check_subset(spec.method_params, spec.methods, "method_params", "methods")
-    for key in ("task_params", "task_train", "task_models", "eval"):
-        if key in changes:
-            _check_subset(getattr(spec, key), spec.tasks, "models" if key == "task_models" else key, "tasks")
-    if "model_train" in changes:
-        _check_subset(spec.model_train, _all_models(spec), "model_train", "models")
-    return spec
 
 
 def _all_models(spec: SweepSpec) -> tuple[str, ...]:
@@ -475,7 +278,7 @@ def name_from_file(path: Path) -> str:
     """
     stem = unicodedata.normalize("NFKD", Path(path).stem).encode("ascii", "ignore").decode()
     name = re.sub(r"[^A-Za-z0-9._]+", "-", stem).strip("-._")
-    if not _NAME_RE.match(name):
+    if not NAME_RE.match(name):
         raise UserError(
             f"cannot name the sweep after the file {str(path)!r}: give it a name (name: my-sweep in the "
             "file, or --name)"
@@ -549,13 +352,15 @@ def build_sweep_spec(
 ) -> SweepSpec:
     """Preset (default ``smoke``) ← YAML ``config`` ← CLI ``overrides`` (YAML keys; None = not given).
 
+    The preset is ``preset``, else the overrides', else the file's ``preset``, else ``smoke``.
+
     The name is ``--name``, else the file's ``name``, else the file's name slugged
     (:func:`name_from_file`); without a file, the preset's name.
     """
     file_data = load_yaml(config) if config is not None else {}
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     source = str(config) if config is not None else ""
-    preset_name = preset or file_data.get("preset") or "smoke"
+    preset_name = preset or cli.get("preset") or file_data.get("preset") or "smoke"
     if preset_name not in PRESETS:
         close = difflib.get_close_matches(str(preset_name), list(PRESETS), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -564,7 +369,7 @@ def build_sweep_spec(
     if config is not None:
         if "name" not in file_data and "name" not in cli:
             spec = replace(spec, name=name_from_file(config))
-        spec = apply_settings(spec, {k: v for k, v in file_data.items() if k != "preset"}, source=source)
+        spec = apply_settings(spec, file_data, source=source)
     if cli:
         spec = apply_settings(spec, cli, source="command-line options", dedupe=True)
     return _drop_unused(spec)
