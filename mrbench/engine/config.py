@@ -2,7 +2,8 @@
 
 A :class:`RunSpec` is validated against the registries when it is resolved, and its content hash
 (:meth:`RunSpec.run_key`) identifies the cell: a sweep skips a cell whose run key already has a
-finished run. Anything that changes what a cell computes must therefore live in the spec.
+finished run. Anything that changes what a cell computes must therefore live in the spec; how it
+runs (:class:`CellOptions`: checkpoint interval, store retry bound) travels with it, outside the key.
 """
 
 from __future__ import annotations
@@ -97,8 +98,27 @@ class TrainSettings:
 
 
 @dataclass(frozen=True)
+class CellOptions:
+    """How a cell runs, not what it computes: never part of the run key, so changing one reruns
+    nothing. A sweep hands its settings to each cell with the cell's spec (:attr:`RunSpec.options`);
+    an argument of :func:`mrbench.engine.runner.run_cell` (``mrbench run``'s options) wins over them,
+    and None leaves the documented default: an environment variable, else the built-in value."""
+
+    checkpoint_every: int | None = None
+    """Training checkpoints every N optimizer steps (0: none); None: ``$MRBENCH_CHECKPOINT_EVERY``,
+    else a tenth of the steps (:func:`mrbench.engine.resume.resolve_checkpoint_every`)."""
+    tracking_retry_s: float | None = None
+    """Seconds each call to the store is retried; None: ``$MRBENCH_TRACKING_RETRY_S``, else 300
+    (:func:`mrbench.store.client.tracking_retry_s`)."""
+
+    def given(self) -> dict[str, Any]:
+        """The options that are set (not None)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class RunSpec:
-    """Everything that defines one cell of a sweep."""
+    """Everything that defines one cell of a sweep, and how it runs (:attr:`options`)."""
 
     method: str
     task: str
@@ -107,9 +127,18 @@ class RunSpec:
     method_params: dict[str, Any] = field(default_factory=dict)
     task_params: dict[str, Any] = field(default_factory=dict)
     train: TrainSettings = field(default_factory=TrainSettings)
+    options: CellOptions = field(default_factory=CellOptions, compare=False)
+    """How the cell runs (checkpoint interval, store retry bound): not part of the run key."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (also the `config.json` artifact)."""
+        """JSON-ready dict (also the `config.json` artifact, and how a worker gets its spec); the
+        ``options`` entry only when one is set."""
+        data = self._computed()
+        options = self.options.given()
+        return {**data, "options": options} if options else data
+
+    def _computed(self) -> dict[str, Any]:
+        """What the cell computes: the content of its run key."""
         return {
             "method": self.method,
             "method_params": dict(self.method_params),
@@ -131,11 +160,13 @@ class RunSpec:
             method_params=dict(data.get("method_params", {})),
             task_params=dict(data.get("task_params", {})),
             train=TrainSettings(**data.get("train", {})),
+            options=CellOptions(**data.get("options", {})),
         )
 
     def run_key(self) -> str:
-        """12-hex content hash of the spec: equal specs share a key, any change gives a new one."""
-        payload = json.dumps({"v": RUN_KEY_VERSION, **self.to_dict()}, sort_keys=True, default=str)
+        """12-hex content hash of what the cell computes: equal specs share a key, any change gives a
+        new one; :attr:`options` (how it runs) are left out."""
+        payload = json.dumps({"v": RUN_KEY_VERSION, **self._computed()}, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
     def label(self) -> str:

@@ -15,9 +15,11 @@ Once a checkpoint is complete the previous one goes, so a cell keeps one (plus t
 
 How often: ``checkpoint_every`` N ≥ 1, 0 for none, or "auto" (the default): a tenth of the steps,
 rounded up (30 steps: every 3), so a killed cell repeats at most a tenth of its training and
-writes at most ten checkpoints. ``mrbench run --checkpoint-every N``, or ``$MRBENCH_CHECKPOINT_EVERY``
-(how a sweep's cells get one). Not part of the run key: it changes what a cell keeps, not what it
-computes (a resumed cell computes what an uninterrupted one would, see below).
+writes at most ten checkpoints. ``mrbench run --checkpoint-every N``, or a sweep's
+``checkpoint_every`` setting (``mrbench sweep --checkpoint-every N``), which reaches each cell with
+its spec (:class:`mrbench.engine.config.CellOptions`); when neither is given,
+``$MRBENCH_CHECKPOINT_EVERY``, else "auto". Not part of the run key: it changes what a cell keeps,
+not what it computes (a resumed cell computes what an uninterrupted one would, see below).
 
 Running a cell whose folder holds a complete checkpoint of a run that did not end (RUNNING: its
 process was killed; KILLED: Ctrl-C, or marked so by a resumed sweep) reopens that run: status
@@ -87,8 +89,9 @@ def parse_checkpoint_every(text: str) -> int | None:
 
 
 def resolve_checkpoint_every(value: int | None, steps: int) -> int:
-    """Steps between training checkpoints (0: none): ``value``, else ``$MRBENCH_CHECKPOINT_EVERY``,
-    else "auto", a tenth of ``steps`` rounded up.
+    """Steps between training checkpoints (0: none): ``value`` (an option or a sweep's setting),
+    else ``$MRBENCH_CHECKPOINT_EVERY`` (the default when none is given), else "auto", a tenth of
+    ``steps`` rounded up.
 
     >>> resolve_checkpoint_every(None, 30), resolve_checkpoint_every(None, 1900)
     (3, 190)

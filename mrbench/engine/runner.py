@@ -11,8 +11,9 @@ steps, ``"none"`` nothing; the run records it in its ``save`` and ``checkpoint_d
 
 Tracking-store outages:
 
-1. Every call to the store is retried with backoff for ``tracking_retry_s`` seconds (default
-   300, or ``$MRBENCH_TRACKING_RETRY_S``; :class:`~mrbench.store.client.RetryingClient`), so
+1. Every call to the store is retried with backoff for ``tracking_retry_s`` seconds (the
+   argument, else the spec's :class:`~mrbench.engine.config.CellOptions` (a sweep's setting), else
+   ``$MRBENCH_TRACKING_RETRY_S``, else 300; :class:`~mrbench.store.client.RetryingClient`), so
    a server restart costs nothing.
 2. Past that bound the run's log goes offline (:class:`~mrbench.engine.tracking.RunLog`):
    training and evaluation go on, and everything is kept to be sent at the end, when the store
@@ -210,8 +211,9 @@ def run_cell(
 
     ``save``: ``"none" | "final" | "every:N"``; ``tracking_retry_s``: how long each call to the
     store is retried (see the module docstring for both, and for how an outage is recovered);
-    ``checkpoint_every``: training checkpoints every N steps (0: none; None: ``$MRBENCH_CHECKPOINT_EVERY``
-    or a tenth of the steps), from which the cell resumes if killed (:mod:`mrbench.engine.resume`).
+    ``checkpoint_every``: training checkpoints every N steps (0: none; None: ``spec.options``, a
+    sweep's setting, else ``$MRBENCH_CHECKPOINT_EVERY`` or a tenth of the steps), from which the cell
+    resumes if killed (:mod:`mrbench.engine.resume`).
     The task is built here and closed (:meth:`~mrbench.core.contracts.Task.close`) when the cell
     ends, however it ends.
     """
@@ -224,6 +226,9 @@ def run_cell(
         from mrbench.engine.generation import require_vllm
 
         require_vllm()
+    # An argument (mrbench run) wins over the spec's options (a sweep's settings); None: the env default.
+    tracking_retry_s = spec.options.tracking_retry_s if tracking_retry_s is None else tracking_retry_s
+    checkpoint_every = spec.options.checkpoint_every if checkpoint_every is None else checkpoint_every
     # Ranks > 0 of a multi-process cell log nothing and leave the cell folder to rank 0.
     client = rank_client(tracking_uri, tracking_retry_s)
     folder = rank_folder(CellFolder.for_run_key(spec.run_key()))
