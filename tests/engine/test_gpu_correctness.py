@@ -21,7 +21,7 @@ from test_distributed_cell import TASK as DISTRIBUTED_TASK
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.engine import runner
+from mrbench.engine import rollout_adapter, runner
 from mrbench.engine.config import resolve_spec
 from mrbench.engine.devices import gpus_for_slot, pin_for_cell, visible_gpus
 from mrbench.engine.trainer import MultiRewardGRPOTrainer
@@ -167,13 +167,13 @@ def test_out_of_memory_in_a_multi_turn_rollout_ends_the_cell_failed(
 ) -> None:
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
 
-    def sampler(self: MultiRewardGRPOTrainer) -> Any:
+    def sampler(trainer: MultiRewardGRPOTrainer) -> Any:
         def generate(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
         return generate
 
-    monkeypatch.setattr(MultiRewardGRPOTrainer, "_policy_sampler", sampler)
+    monkeypatch.setattr(rollout_adapter, "policy_sampler", sampler)
     params = {"n_train": "8", "n_eval": "4"}
     spec = resolve_spec("grpo", "agent-security", str(micro_model_dir), 0, task_params=params, train=SMALL)
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -21,8 +21,8 @@ from mrbench.core.errors import UserError
 from mrbench.engine.config import TrainSettings, resolve_spec
 from mrbench.engine.generation import require_vllm
 from mrbench.engine.models import mixed_precision
+from mrbench.engine.rollout_adapter import policy_sampler
 from mrbench.engine.runner import _grpo_config, run_cell
-from mrbench.engine.trainer import MultiRewardGRPOTrainer
 from mrbench.tasks import build_task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,14 +171,13 @@ def _trainer_stand_in(*, use_vllm: bool, mode: str = "colocate", tp: int = 1) ->
         llm=_Engine(),
     )
     trainer = types.SimpleNamespace(use_vllm=use_vllm, vllm_generation=engine, eos_token_ids=[99, 7])
-    trainer._vllm_sampler = lambda: MultiRewardGRPOTrainer._vllm_sampler(trainer)
     return trainer
 
 
 def test_a_rollouts_turns_go_through_trls_colocated_vllm_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=_SamplingParams))
     trainer = _trainer_stand_in(use_vllm=True)
-    generate = MultiRewardGRPOTrainer._policy_sampler(trainer)
+    generate = policy_sampler(trainer)
     assert generate([[1, 2, 3], [4]], 8) == [[3, 99, 5], [4, 99, 5]]
     assert generate([[6, 7]], 1) == [[7]]
     (first_prompts, first), (_, second) = trainer.vllm_generation.llm.calls
@@ -203,7 +202,7 @@ def test_a_rollout_refuses_vllm_engines_it_cannot_drive_turn_by_turn(
 ) -> None:
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=_SamplingParams))
     with pytest.raises(ValueError, match="colocate"):
-        MultiRewardGRPOTrainer._policy_sampler(_trainer_stand_in(use_vllm=True, mode=mode, tp=tp))
+        policy_sampler(_trainer_stand_in(use_vllm=True, mode=mode, tp=tp))
 
 
 # ------------------------------------------------------------------ real training on a CPU

@@ -14,8 +14,10 @@ from mrbench.core import layout
 from mrbench.core.errors import UnknownNameError
 from mrbench.core.rollout import RolloutBatch, RolloutContext
 from mrbench.engine.models import load_model, load_tokenizer
+from mrbench.engine.rollout_adapter import trl_rollout_output
 from mrbench.engine.run_diagnostics import DiagnosticsAccumulator
-from mrbench.engine.trainer import MultiRewardGRPOTrainer, resolve_shadows
+from mrbench.engine.step_diagnostics import resolve_shadows
+from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
 G = 4
 
@@ -161,10 +163,10 @@ def test_failing_shadow_is_skipped_with_one_warning(micro_model_dir, tmp_path, c
     trainer = _trainer(micro_model_dir, tmp_path, "gdpo", {}, shadow_methods=("corrgrpo", "gdpo"))
     assert list(trainer.shadow_fns) == ["corrgrpo"]  # the method in use is never its own shadow
     trainer.shadow_fns.update({"boom": _raises, "flat": _wrong_shape})
-    with caplog.at_level(logging.WARNING, logger="mrbench.engine.trainer"):
+    with caplog.at_level(logging.WARNING, logger="mrbench.engine.step_diagnostics"):
         trainer.train()
     assert trainer.state.global_step == 2
-    warnings = [r.getMessage() for r in caplog.records if r.name == "mrbench.engine.trainer"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "mrbench.engine.step_diagnostics"]
     assert len(warnings) == 2  # one per failing method, not one per step
     assert "'boom'" in warnings[0] and "cannot handle" in warnings[0] and "'flat'" in warnings[1]
     for logs in _step_logs(trainer):
@@ -300,13 +302,13 @@ def test_task_rollout_runs_as_trl_rollout_func(micro_model_dir, tmp_path, monkey
 
 def test_rollout_output_is_checked_before_trl_reads_it():
     batch = RolloutBatch([[1], [2]], [[3], [4]], [[1], [1]], columns={"outcome": ["a", "b"]})
-    out = MultiRewardGRPOTrainer._trl_rollout_output(batch, 2)
+    out = trl_rollout_output(batch, 2)
     assert out["logprobs"] is None and out["env_mask"] == [[1], [1]] and out["outcome"] == ["a", "b"]
     with pytest.raises(ValueError, match="2 episodes for 3 prompts"):
-        MultiRewardGRPOTrainer._trl_rollout_output(batch, 3)
+        trl_rollout_output(batch, 3)
     clash = RolloutBatch([[1]], [[3]], [[1]], columns={"logprobs": [0.0]})
     with pytest.raises(ValueError, match="shadow"):
-        MultiRewardGRPOTrainer._trl_rollout_output(clash, 1)
+        trl_rollout_output(clash, 1)
 
 
 def test_rollout_and_rollout_func_exclude_each_other(micro_model_dir, tmp_path):
