@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mrbench.core.errors import UserError
+from mrbench.core.records import Diagnostics
 from mrbench.lab.correlation import EIGEN_FLOOR, nearest_correlation, printable_decimals
 from mrbench.reporting.context import ReportContext, load_context
 from mrbench.reporting.figures import diagnostic_means
@@ -92,6 +93,10 @@ class TaskCorrelation:
         return bool(np.all(np.isnan(off)))
 
 
+def _has_corr(diagnostics: Diagnostics | None) -> bool:
+    return diagnostics is not None and diagnostics.corr_matrix is not None
+
+
 def sweep_correlations(ctx: ReportContext) -> dict[str, TaskCorrelation]:
     """Task → its :class:`TaskCorrelation`, for the tasks of ``ctx`` whose runs logged a corr_matrix."""
     out = {}
@@ -102,7 +107,7 @@ def sweep_correlations(ctx: ReportContext) -> dict[str, TaskCorrelation]:
         runs = [
             r for (t, _), methods in ctx.sel.cells.items() if t == task for rs in methods.values() for r in rs
         ]
-        logged = sum((ctx.diagnostics.get(r.run_id) or {}).get("corr_matrix") is not None for r in runs)
+        logged = sum(_has_corr(ctx.diagnostics.get(r.run_id)) for r in runs)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a cell NaN for every method stays NaN
             matrix = np.nanmean(np.stack(list(per_method.values())), axis=0)
@@ -129,9 +134,7 @@ def read_correlations(sweep: str, tracking_uri: str | None = None) -> dict[str, 
             raise UserError(
                 f"no sweep named {sweep!r} in the tracking store {uri!r} (no such MLflow experiment)"
             )
-        command = shlex.join(
-            ["python", "-m", "mrbench.lab.smoke_corr", "--sweep", sweep, "--tracking-uri", uri]
-        )
+        command = shlex.join(["python", "scripts/smoke_corr.py", "--sweep", sweep, "--tracking-uri", uri])
         ctx = load_context(sweep, reader, reader.runs(experiment_id), command=command, store_note=uri)
     finally:
         reader.close()
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(
         f"# Within-group reward correlations of sweep {args.sweep!r}: per method the mean of its runs'\n"
-        "# corr_matrix (mean over training), then the mean over methods (python -m mrbench.lab.smoke_corr)."
+        "# corr_matrix (mean over training), then the mean over methods (python scripts/smoke_corr.py)."
     )
     for task, correlation in found.items():
         print()

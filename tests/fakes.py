@@ -31,6 +31,7 @@ from typing import Any
 from mrbench.core import layout
 from mrbench.core.contracts import EvalResult, Generator, RewardComponent, Sample, Task
 from mrbench.core.errors import UserError
+from mrbench.core.records import Diagnostics, ShadowMeans
 from mrbench.core.registry import UnknownNameError
 from mrbench.engine.config import RunSpec, TrainSettings
 
@@ -153,7 +154,7 @@ def _quality(spec: RunSpec) -> float:
 
 def synthetic_metrics(
     spec: RunSpec, *, every: int = 1
-) -> tuple[list[tuple[str, float, int]], dict[str, float], dict[str, float], dict[str, Any]]:
+) -> tuple[list[tuple[str, float, int]], dict[str, float], dict[str, float], Diagnostics]:
     """The numbers of one fake run: ``(step metrics [(key, value, step)], eval_before, eval_after,
     diagnostics)`` in the layout ``run_cell`` logs, for ``spec.train.steps`` steps."""
     method, task, model, seed, steps = spec.method, spec.task, spec.model, spec.seed, spec.train.steps
@@ -179,10 +180,11 @@ def synthetic_metrics(
             (layout.adv_metric("sign_flip_vs_grpo"), 0.0 if method == "grpo" else 0.05, step),
             (layout.adv_metric("abs_mean"), 0.8, step),
             (layout.TRAIN + "loss", 0.1 * _unit_noise(seed, step), step),
-            (layout.ADV_RESOLUTION, _shadow(method, method)["resolution"], step),
+            (layout.ADV_RESOLUTION, _shadow(method, method).resolution, step),
         ]
         for other in others:  # how the other estimators would have judged this batch
-            rows += [(layout.shadow_metric(other, s), v, step) for s, v in _shadow(method, other).items()]
+            values = zip(layout.SHADOW_STATS, _shadow(method, other).stats(), strict=True)
+            rows += [(layout.shadow_metric(other, s), v, step) for s, v in values]
     before, after = {}, {}
     for metric in fake.eval_metrics:
         b = 0.2 + 0.1 * (0.5 + 0.5 * _unit_noise("before", task, model, metric))
@@ -196,15 +198,18 @@ def synthetic_metrics(
     ]
     share_raw = [1.0 + 0.3 * _unit_noise(method, c) for c in fake.components]
     share = [s / sum(share_raw) for s in share_raw]
-    diagnostics = {"components": list(fake.components), "corr_matrix": corr, "share": share, "steps": steps}
-    shadow = {o: _shadow(method, o) for o in others}  # constant over steps: the values are the run means
-    diagnostics |= {"resolution": _shadow(method, method)["resolution"], "shadow": shadow}
+    # Constant over steps: the values are the run means.
+    shadow = {
+        o: _shadow(method, o, steps) for o in others
+    }  # constant over steps: the values are the run means
+    resolution = _shadow(method, method).resolution
+    diagnostics = Diagnostics(list(fake.components), corr, share, steps, resolution, shadow)
     return rows, before, after, diagnostics
 
 
-def _shadow(method: str, other: str) -> dict[str, float]:
+def _shadow(method: str, other: str, steps: int = 0) -> ShadowMeans:
     u = _unit_noise("shadow", method, other)  # ``other`` judging ``method``'s batches; GRPO resolves least
-    return {"sign_agree": 0.85 + u / 10, "rank_corr": 0.7 + u / 5, "resolution": (0.6, 0.9)[other != "grpo"]}
+    return ShadowMeans(0.85 + u / 10, 0.7 + u / 5, (0.6, 0.9)[other != "grpo"], steps)
 
 
 def cell_tags(spec: RunSpec, sweep: str | None, git_sha: str = "fake0000") -> dict[str, str]:
@@ -278,7 +283,7 @@ def _log_body(
     for start in range(0, max(len(metrics), 1), 1000):
         client.log_batch(run_id, metrics=metrics[start : start + 1000], params=params if start == 0 else [])
     if diagnostics:
-        client.log_dict(run_id, diag, layout.DIAGNOSTICS_ARTIFACT)
+        client.log_dict(run_id, diag.to_json(), layout.DIAGNOSTICS_ARTIFACT)
     return before, after
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from mrbench.core import layout
+from mrbench.core.records import Diagnostics, ShadowMeans
 
 
 class _Mean:
@@ -70,26 +71,26 @@ class DiagnosticsAccumulator:
             self._shadow_steps[name] = self._shadow_steps.get(name, 0) + 1
         self.steps += 1
 
-    def summary(self, components: list[str]) -> dict[str, Any]:
-        """``{"components", "corr_matrix" (K×K, None where never defined), "share" [K], "steps",
-        "resolution", "shadow"}``.
+    def record(self, components: list[str]) -> Diagnostics:
+        """The run means as the cell's ``diagnostics.json`` (:class:`~mrbench.core.records.Diagnostics`).
 
-        ``resolution``: mean ``adv/resolution`` of the method in use; ``shadow``: per shadow
-        method, the means of its ``sign_agree``, ``rank_corr`` and ``resolution`` and the number
-        of ``steps`` it ran (a mean is None where the statistic was never defined).
+        ``corr_matrix`` ``[K][K]`` and ``share`` ``[K]``: None where never defined; ``resolution``:
+        mean ``adv/resolution`` of the method in use; ``shadow``: per shadow method, the means of
+        its statistics and the number of steps it ran.
         """
         shadow = {
-            name: {**{stat: mean.value() for stat, mean in means.items()}, "steps": self._shadow_steps[name]}
+            name: ShadowMeans(
+                **{stat: mean.value() for stat, mean in means.items()}, steps=self._shadow_steps[name]
+            )
             for name, means in self._shadow.items()
         }
-        shadows = {"resolution": self._resolution.value(), "shadow": shadow}
         if (
             self._corr_sum is None
             or self._corr_count is None
             or self._share_sum is None
             or self._share_count is None
         ):
-            return {"components": components, "corr_matrix": None, "share": None, "steps": 0, **shadows}
+            return Diagnostics(components, None, None, 0, self._resolution.value(), shadow)
         k = len(self._corr_sum)
         corr = [
             [
@@ -99,4 +100,8 @@ class DiagnosticsAccumulator:
             for i in range(k)
         ]
         share = [s / n if n else None for s, n in zip(self._share_sum, self._share_count, strict=True)]
-        return {"components": components, "corr_matrix": corr, "share": share, "steps": self.steps, **shadows}
+        return Diagnostics(components, corr, share, self.steps, self._resolution.value(), shadow)
+
+    def summary(self, components: list[str]) -> dict[str, Any]:
+        """:meth:`record` as the JSON the cell writes."""
+        return self.record(components).to_json()

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from mrbench.core import layout
+from mrbench.core.records import LabMethod, LabRecord
 from mrbench.lab.metrics import MethodSummary
 from mrbench.lab.presets import KEY_SCORES
 from mrbench.lab.simulate import LabResult
@@ -97,24 +98,24 @@ def _log_batches(client: Any, run_id: str, metrics: list[Any]) -> None:
         client.log_batch(run_id, metrics=metrics[start : start + BATCH])
 
 
-def lab_record(result: LabResult, summaries: Mapping[str, MethodSummary]) -> dict[str, Any]:
-    """The ``lab.json`` artifact: scenario, seeds, the scenario's key score (the number that shows
+def lab_record(result: LabResult, summaries: Mapping[str, MethodSummary]) -> LabRecord:
+    """The ``lab.json`` record: scenario, seeds, the scenario's key score (the number that shows
     its phenomenon, :data:`mrbench.lab.presets.KEY_SCORES`), per-seed scores and statistics per method."""
-    return {
-        "scenario": result.scenario.to_dict(),
-        "seeds": list(result.seeds),
-        "key_score": KEY_SCORES.get(result.scenario.name, OBJECTIVE),
-        "methods": {
-            m: {
-                "params": run.params,
-                "batch_coupled": run.batch_coupled,
-                "scores": {k: [float(x) for x in v] for k, v in run.scores.items()},
-                "iqm": {k: [ci.point, ci.low, ci.high] for k, ci in summaries[m].iqm.items()},
-                "poi": {k: [ci.point, ci.low, ci.high] for k, ci in summaries[m].poi.items()},
-            }
+    return LabRecord(
+        scenario=result.scenario.to_dict(),
+        seeds=list(result.seeds),
+        key_score=KEY_SCORES.get(result.scenario.name, OBJECTIVE),
+        methods={
+            m: LabMethod(
+                params=run.params,
+                batch_coupled=run.batch_coupled,
+                scores={k: [float(x) for x in v] for k, v in run.scores.items()},
+                iqm={k: [ci.point, ci.low, ci.high] for k, ci in summaries[m].iqm.items()},
+                poi={k: [ci.point, ci.low, ci.high] for k, ci in summaries[m].poi.items()},
+            )
             for m, run in result.runs.items()
         },
-    }
+    )
 
 
 def log_lab(
@@ -154,7 +155,7 @@ def log_lab(
     settings["seeds"] = len(result.seeds)
     params = _flat(layout.LAB_PARAM, settings)
     client.log_batch(parent, params=[Param(k, v) for k, v in params.items()])
-    client.log_dict(parent, lab_record(result, summaries), layout.LAB_ARTIFACT)
+    client.log_dict(parent, lab_record(result, summaries).to_json(), layout.LAB_ARTIFACT)
     if report_dir is not None:
         client.log_artifacts(parent, str(report_dir), artifact_path=layout.REPORT_DIR)
     children = {}

@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from mrbench.core import layout
+from mrbench.core.records import Diagnostics, SweepRecord
 from mrbench.reporting import stats
 from mrbench.reporting.select import Selection, TaskInfo, ordered, select_runs, task_info
 from mrbench.store.reader import History, Reader, RunRecord
-
-DIAG_RESOLUTION = "resolution"
-DIAG_SHADOW = "shadow"
-"""The ``diagnostics.json`` fields with the shadow estimators' run means: the method in use's
-resolution, and ``{shadow method: {stat: mean}}`` over :data:`mrbench.core.layout.SHADOW_STATS`
-(see :mod:`mrbench.reporting.shadows`)."""
 
 
 @dataclass
@@ -35,7 +29,7 @@ class ReportContext:
     store_note: str  # how the report names the tracking store
     sel: Selection
     latest_parent: RunRecord | None  # the latest sweep invocation
-    sweep_json: dict[str, Any] | None  # its sweep.json: config, cells, versions, unavailable tasks
+    sweep_record: SweepRecord | None  # its sweep.json: config, cells, versions, unavailable tasks
     methods: list[str]  # method labels, in the sweep config's order
     tasks: list[str]
     task_info: dict[str, TaskInfo]
@@ -43,7 +37,7 @@ class ReportContext:
     reps: int = stats.DEFAULT_REPS
     seed: int = stats.DEFAULT_SEED
     histories: dict[str, dict[str, History]] = field(default_factory=dict)  # run_id → metric → curve
-    diagnostics: dict[str, Any] = field(default_factory=dict)  # run_id → diagnostics.json
+    diagnostics: dict[str, Diagnostics] = field(default_factory=dict)  # run_id → its diagnostics.json
 
     @property
     def all_runs(self) -> list[RunRecord]:
@@ -90,23 +84,22 @@ def load_context(
     as the latest sweep config lists them, and bulk-read the selected runs' curves and diagnostics."""
     sel = select_runs(runs)
     latest_parent = sel.parents[-1] if sel.parents else None
-    sweep_json = reader.read_json_artifact(latest_parent, layout.SWEEP_ARTIFACT) if latest_parent else None
-    config = (sweep_json or {}).get("config", {})
-    methods = ordered({m for per_method in sel.cells.values() for m in per_method}, config.get("methods", []))
-    tasks = ordered({t for t, _ in sel.cells}, config.get("tasks", []))
+    sweep_record = read_sweep_record(reader, latest_parent) if latest_parent else None
+    record = sweep_record or SweepRecord("", "", {})
+    methods = ordered({m for per_method in sel.cells.values() for m in per_method}, record.methods)
+    tasks = ordered({t for t, _ in sel.cells}, record.tasks)
     infos = {
         t: task_info([r for (tt, _), ms in sel.cells.items() if tt == t for rs in ms.values() for r in rs])
         for t in tasks
     }
-    models = config.get("models", [])  # a list, or per-size lists of models
-    model_order = models if isinstance(models, list) else [m for group in models.values() for m in group]
+    model_order = record.model_order
     context = ReportContext(
         sweep,
         command,
         store_note,
         sel,
         latest_parent,
-        sweep_json,
+        sweep_record,
         methods,
         tasks,
         infos,
@@ -117,7 +110,10 @@ def load_context(
     selected = context.all_runs
     keys = {layout.REWARD} | {layout.reward_mean(c) for info in infos.values() for c in info.components}
     context.histories = reader.histories([r.run_id for r in selected], keys)
-    context.diagnostics = reader.read_json_artifacts(selected, layout.DIAGNOSTICS_ARTIFACT)
+    context.diagnostics = {
+        run_id: Diagnostics.from_json(data, f"{layout.DIAGNOSTICS_ARTIFACT} of run {run_id}")
+        for run_id, data in reader.read_json_artifacts(selected, layout.DIAGNOSTICS_ARTIFACT).items()
+    }
     _read_shadow_curves(context, reader)
     return context
 
@@ -132,9 +128,21 @@ def _read_shadow_curves(context: ReportContext, reader: Reader) -> None:
     lacking = [
         r
         for r in context.all_runs
-        if DIAG_SHADOW not in (context.diagnostics.get(r.run_id) or {}) and any(map(is_shadow, r.metrics))
+        if _lacks_shadow_means(context.diagnostics.get(r.run_id)) and any(map(is_shadow, r.metrics))
     ]
     keys = {k for r in lacking for k in r.metrics if is_shadow(k)}
     if lacking:
         for run_id, curves in reader.histories([r.run_id for r in lacking], keys).items():
             context.histories.setdefault(run_id, {}).update(curves)
+
+
+def _lacks_shadow_means(diagnostics: Diagnostics | None) -> bool:
+    return diagnostics is None or diagnostics.shadow is None
+
+
+def read_sweep_record(reader: Reader, parent: RunRecord) -> SweepRecord | None:
+    """The ``sweep.json`` of a sweep's parent run (None when it has none)."""
+    data = reader.read_json_artifact(parent, layout.SWEEP_ARTIFACT)
+    if data is None:
+        return None
+    return SweepRecord.from_json(data, f"{layout.SWEEP_ARTIFACT} of sweep run {parent.run_id}")

@@ -133,11 +133,11 @@ def diagnostic_means(ctx: ReportContext, task: str) -> tuple[dict[str, np.ndarra
         runs = [r for m in ctx.models_for(task) for r in ctx.sel.cells[(task, m)].get(name, [])]
         mats, shs = [], []
         for run in runs:
-            diag = ctx.diagnostics.get(run.run_id) or {}
-            same_order = list(diag.get("components") or comps) == comps
-            if diag.get("corr_matrix") is not None and same_order:
-                mats.append(np.array([_floats(row) for row in diag["corr_matrix"]], dtype=float))
-            share = diag.get("share") if same_order else None
+            diag = ctx.diagnostics.get(run.run_id)
+            same_order = diag is not None and (diag.components or comps) == comps
+            if diag is not None and diag.corr_matrix is not None and same_order:
+                mats.append(np.array([_floats(row) for row in diag.corr_matrix], dtype=float))
+            share = diag.share if diag is not None and same_order else None
             if share is None:
                 share = [run.metrics.get(layout.adv_share(c)) for c in comps]
             shs.append(_floats(share))

@@ -14,11 +14,11 @@ seed), computed from the per-seed scores, so a lab run's numbers here equal ``mr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from mrbench.core import layout
+from mrbench.core.records import LabRecord
 from mrbench.reporting import stats
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.render import fmt
@@ -49,12 +49,12 @@ def score_label(score: str) -> str:
 
 
 @dataclass(frozen=True)
-class LabRecord:
+class LabRun:
     """One scenario's lab run of this sweep: the run and its ``lab.json``."""
 
     scenario: str
     run: RunRecord
-    record: dict[str, Any]
+    record: LabRecord
 
     @property
     def command(self) -> str:
@@ -63,21 +63,19 @@ class LabRecord:
 
     @property
     def key_score(self) -> str:
-        return str(self.record.get("key_score") or OBJECTIVE)
+        return self.record.key_score or OBJECTIVE
 
     def scores(self, method: str, score: str) -> np.ndarray:
         """``[S]`` per-seed values of ``score`` for ``method`` (NaN where undefined)."""
-        values = self.record["methods"][method]["scores"].get(score, [])
-        return np.asarray([np.nan if v is None else v for v in values], dtype=float)
+        return np.asarray(self.record.methods[method].seed_scores(score), dtype=float)
 
 
 def sweep_scenarios(ctx: ReportContext) -> list[str]:
     """The ``lab`` scenarios of the sweep's latest config (none for sweeps before the lab)."""
-    config = (ctx.sweep_json or {}).get("config") or {}
-    return [str(name) for name in config.get("lab") or []]
+    return ctx.sweep_record.lab_scenarios if ctx.sweep_record else []
 
 
-def read_lab(ctx: ReportContext, reader: Reader) -> tuple[list[LabRecord], list[str]]:
+def read_lab(ctx: ReportContext, reader: Reader) -> tuple[list[LabRun], list[str]]:
     """The latest FINISHED lab run of this sweep per scenario, and the scenarios without one."""
     found, missing = [], []
     for name in sweep_scenarios(ctx):
@@ -92,11 +90,14 @@ def read_lab(ctx: ReportContext, reader: Reader) -> tuple[list[LabRecord], list[
         latest = max(runs, key=lambda r: (r.end_time or 0, r.start_time, r.run_id), default=None)
         if latest is not None:
             layout.check_readable(latest.tags, f"lab run {latest.run_id} ({name})")
-        record = reader.read_json_artifact(latest, layout.LAB_ARTIFACT) if latest is not None else None
-        if record is None or not record.get("methods"):
+        data = reader.read_json_artifact(latest, layout.LAB_ARTIFACT) if latest is not None else None
+        record = (
+            None if data is None else LabRecord.from_json(data, f"{layout.LAB_ARTIFACT} of lab run {name}")
+        )
+        if latest is None or record is None or not record.methods:
             missing.append(name)
         else:
-            found.append(LabRecord(name, latest, record))
+            found.append(LabRun(name, latest, record))
     return found, missing
 
 
@@ -115,12 +116,12 @@ class Compared:
         return 1 if self.poi.low > 0.5 else -1 if self.poi.high < 0.5 else 0
 
 
-def compare(ctx: ReportContext, lab: LabRecord, method: str, score: str) -> Compared:
+def compare(ctx: ReportContext, lab: LabRun, method: str, score: str) -> Compared:
     """IQM with CI of ``method``'s ``score`` and its P(higher than grpo), at the report's settings."""
     values = lab.scores(method, score)
     interval = stats.stratified_bootstrap_ci(values, stats.iqm, reps=ctx.reps, seed=ctx.seed)
     poi = None
-    if method != REFERENCE and REFERENCE in lab.record["methods"] and not np.isnan(values).all():
+    if method != REFERENCE and REFERENCE in lab.record.methods and not np.isnan(values).all():
         poi = ctx.poi(values, lab.scores(REFERENCE, score))
     return Compared(interval, poi)
 
@@ -133,7 +134,7 @@ def _poi(compared: Compared) -> str:
     return "–" if compared.poi is None else _ci(compared.poi)
 
 
-def _words(lab: LabRecord, table: dict[str, dict[str, Compared]]) -> str:
+def _words(lab: LabRun, table: dict[str, dict[str, Compared]]) -> str:
     """Where the scenario's methods differ from grpo, in words."""
     parts = []
     for score in dict.fromkeys([lab.key_score, OBJECTIVE]):
@@ -180,11 +181,10 @@ def lab_section(ctx: ReportContext, reader: Reader) -> list[str]:
         ]
     words = []
     for lab in labs:
-        methods = list(lab.record["methods"])
+        methods = list(lab.record.methods)
         scores = list(dict.fromkeys([lab.key_score, OBJECTIVE]))
         table = {m: {s: compare(ctx, lab, m, s) for s in scores} for m in methods}
-        scenario = lab.record.get("scenario") or {}
-        size = f"{len(lab.record.get('seeds') or [])} × {scenario.get('steps', '–')}"
+        size = f"{len(lab.record.seeds)} × {lab.record.steps if lab.record.steps is not None else '–'}"
         for i, method in enumerate(methods):
             key, objective = table[method][lab.key_score], table[method][OBJECTIVE]
             first = i == 0
@@ -193,7 +193,7 @@ def lab_section(ctx: ReportContext, reader: Reader) -> list[str]:
                 f"| {score_label(lab.key_score) if first else ''} | {_ci(key.iqm)} | {_poi(key)} "
                 f"| {_ci(objective.iqm)} | {_poi(objective)} |"
             )
-        description = str(scenario.get("description") or "").strip()
+        description = lab.record.description
         others = {m: t for m, t in table.items() if m != REFERENCE}
         words.append(
             f"- **`{lab.scenario}`** — {description} {_words(lab, others)}"

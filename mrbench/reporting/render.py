@@ -46,7 +46,7 @@ def fmt_count(values: list[float]) -> str:
 
 def _versions(ctx: ReportContext) -> dict[str, str]:
     """Package versions of the latest invocation: from sweep.json, else from its parent-run tags."""
-    recorded = (ctx.sweep_json or {}).get("versions")
+    recorded = ctx.sweep_record.versions if ctx.sweep_record else {}
     if recorded:
         return recorded
     prefix = layout.tag(layout.VERSION)
@@ -121,7 +121,7 @@ def header(ctx: ReportContext) -> list[str]:
 def config_details(ctx: ReportContext) -> list[str]:
     """The latest invocation's sweep config, folded (nothing when sweep.json has none)."""
     lines: list[str] = []
-    config = (ctx.sweep_json or {}).get("config")
+    config = ctx.sweep_record.config if ctx.sweep_record else {}
     if config:
         import yaml
 
@@ -154,15 +154,13 @@ def _failed_cells(ctx: ReportContext) -> str | None:
 
 def _missing_cells(ctx: ReportContext) -> str | None:
     """Cells of the latest sweep grid (sweep.json) with neither a selected nor a failed run."""
-    grid = (ctx.sweep_json or {}).get("cells") or []
+    grid = ctx.sweep_record.cells if ctx.sweep_record else ()
     used = {layout.read_tag(r.tags, layout.RUN_KEY) for r in ctx.all_runs}
     failed_keys = {layout.read_tag(r.tags, layout.RUN_KEY) for r in ctx.sel.failed}
-    missing = [c for c in grid if c["run_key"] not in used and c["run_key"] not in failed_keys]
+    missing = [c for c in grid if c.run_key not in used and c.run_key not in failed_keys]
     if not missing:
         return None
-    names = ", ".join(
-        f"`{layout.cell_label(c['method'], c['task'], c['model'], c['seed'])}`" for c in missing[:10]
-    )
+    names = ", ".join(f"`{c.label}`" for c in missing[:10])
     return (
         f"**Missing cells**: {len(missing)} cell(s) of the latest sweep grid have no run yet "
         f"({names}{' …' if len(missing) > 10 else ''}); rerun the sweep command to complete it."
@@ -201,7 +199,7 @@ def warnings(ctx: ReportContext) -> list[str]:
             f"{sel.recovered} failed or interrupted attempt(s) were re-run and FINISHED later "
             "(only the finished runs are used)."
         )
-    unavailable = (ctx.sweep_json or {}).get("unavailable") or {}
+    unavailable = ctx.sweep_record.unavailable if ctx.sweep_record else {}
     if not unavailable and ctx.latest_parent is not None:
         listed = layout.read_tag(ctx.latest_parent.tags, layout.UNAVAILABLE_TASKS)
         unavailable = {t: "not built" for t in layout.split_list(listed)}

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from mrbench.core import layout
+from mrbench.core.records import as_nan
 from mrbench.reporting import stats
-from mrbench.reporting.context import DIAG_RESOLUTION, DIAG_SHADOW, ReportContext
+from mrbench.reporting.context import ReportContext
 from mrbench.reporting.render import fmt
 from mrbench.reporting.select import ordered
 from mrbench.store.reader import RunRecord
@@ -52,11 +52,6 @@ class ShadowTable:
     shadows: list[str]  # the shadow methods, in the report's method order
 
 
-def _number(value: Any) -> float:
-    """A JSON number (None when undefined) as a float, NaN for None."""
-    return math.nan if value is None else float(value)
-
-
 def _curve_mean(history: tuple[np.ndarray, np.ndarray] | None) -> float:
     return math.nan if history is None else stats.nanmean(history[1].tolist())
 
@@ -66,13 +61,9 @@ def run_shadows(ctx: ReportContext, run: RunRecord) -> tuple[float, dict[str, li
     over steps: from ``diagnostics.json``, else from the logged per-step metrics (which
     :func:`mrbench.reporting.context.load_context` reads only for such runs); ``(NaN, {})`` for a run
     without any."""
-    diag = ctx.diagnostics.get(run.run_id) or {}
-    if DIAG_SHADOW in diag:
-        compared = {
-            name: [_number((values or {}).get(stat)) for stat in layout.SHADOW_STATS]
-            for name, values in (diag[DIAG_SHADOW] or {}).items()
-        }
-        return _number(diag.get(DIAG_RESOLUTION)), compared
+    diag = ctx.diagnostics.get(run.run_id)
+    if diag is not None and diag.shadow is not None:
+        return as_nan(diag.resolution), {name: means.stats() for name, means in diag.shadow.items()}
     curves = ctx.histories.get(run.run_id, {})
     compared: dict[str, list[float]] = {}
     for key, history in curves.items():

@@ -13,6 +13,7 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.core.records import CellEntry
 
 CellFn = Callable[..., Any]
 """Runs one cell: ``cell_fn(spec, *, tracking_uri, experiment, parent_run_id, sweep, progress)``."""
@@ -42,15 +43,10 @@ class Cell:
         """``method|task|model|sSEED``."""
         return layout.cell_label(self.spec.method, self.spec.task, self.spec.model, self.spec.seed)
 
-    def summary(self) -> dict[str, Any]:
-        """The grid entry recorded in the parent run's sweep artifact."""
-        return {
-            "run_key": self.key,
-            "method": self.spec.method,
-            "task": self.spec.task,
-            "model": self.spec.model,
-            "seed": self.spec.seed,
-        }
+    def entry(self) -> CellEntry:
+        """The grid entry recorded in the parent run's ``sweep.json``."""
+        spec = self.spec
+        return CellEntry(self.key, spec.method, spec.task, spec.model, spec.seed)
 
 
 ClaimFn = Callable[[Cell], str | None]

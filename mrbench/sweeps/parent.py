@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from mrbench.core import layout
+from mrbench.core.records import SweepRecord
 from mrbench.sweeps.cell import Cell
 from mrbench.sweeps.resume import search_all
 from mrbench.sweeps.spec import SweepSpec
@@ -85,18 +86,15 @@ def start_parent_run(
     tags = {layout.tag(name): value for name, value in values.items()}
     run_id = client.create_run(experiment_id, tags=tags, run_name=f"sweep {spec.name}").info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in _flat_params(spec).items()])
-    client.log_dict(
-        run_id,
-        {
-            "name": spec.name,
-            "command": command,
-            "config": spec.to_dict(),
-            "versions": versions,
-            "cells": [c.summary() for c in cells],
-            "unavailable": unavailable,
-        },
-        layout.SWEEP_ARTIFACT,
+    record = SweepRecord(
+        name=spec.name,
+        command=command,
+        config=spec.to_dict(),
+        versions=versions,
+        cells=tuple(c.entry() for c in cells),
+        unavailable=dict(unavailable),
     )
+    client.log_dict(run_id, record.to_json(), layout.SWEEP_ARTIFACT)
     return run_id
 
 

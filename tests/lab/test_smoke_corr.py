@@ -16,6 +16,7 @@ from fakes import fake_resolve_spec, log_synthetic_run, synthetic_metrics, synth
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
+from mrbench.core.records import Diagnostics
 from mrbench.lab import presets
 from mrbench.lab.correlation import EIGEN_FLOOR, nearest_correlation, printable_decimals
 from mrbench.lab.presets import CODE_CORR_6, SECURITY_CORR, TOOLS_CORR, paper_code
@@ -54,7 +55,7 @@ class Store:
 
 
 def _write_diagnostics(client: MlflowClient, run_id: str, components: list[str], corr: list) -> None:
-    client.log_dict(run_id, {"components": components, "corr_matrix": corr}, layout.DIAGNOSTICS_ARTIFACT)
+    client.log_dict(run_id, Diagnostics(components, corr).to_json(), layout.DIAGNOSTICS_ARTIFACT)
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +85,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
         for task in TASKS:
             for seed in SEEDS:
                 diagnostics = synthetic_metrics(spec(method, task, seed))[3]
-                written[(method, task, seed)] = diagnostics["corr_matrix"]
-                components[task] = diagnostics["components"]
+                written[(method, task, seed)] = diagnostics.corr_matrix
+                components[task] = diagnostics.components
     del written[("gdpo", "tool-calling", 1)]
 
     reader = open_reader(uri)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from mrbench.core import layout
+from mrbench.core.records import Diagnostics, ShadowMeans
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.findings import findings, ranking
 from mrbench.reporting.select import ordered, select_runs, task_info
@@ -121,8 +122,9 @@ def test_shadow_table_from_diagnostics_or_curves_and_none_for_old_runs() -> None
     grpo_a, grpo_b, gdpo = record("grpo", 0, 0.5), record("grpo", 1, 0.5), record("gdpo", 0, 0.5)
     ctx = context([grpo_a, grpo_b, gdpo])
     assert shadow_table(ctx, "t") is None and shadow_lines(ctx, "t") == []  # runs without shadows
-    stats_ = {"sign_agree": 0.9, "rank_corr": 0.8, "resolution": None}
-    ctx.diagnostics = {grpo_a.run_id: {"resolution": 0.5, "shadow": {"gdpo": stats_, "corrgrpo": stats_}}}
+    stats_ = ShadowMeans(sign_agree=0.9, rank_corr=0.8, resolution=None)
+    shadow = {"gdpo": stats_, "corrgrpo": stats_}
+    ctx.diagnostics = {grpo_a.run_id: Diagnostics([], resolution=0.5, shadow=shadow)}
     steps = np.array([1, 2])
     ctx.histories = {  # grpo_b has no diagnostics.json: its logged curves stand in
         grpo_b.run_id: {

@@ -10,6 +10,7 @@ import pytest
 from fakes import synthetic_sweep
 
 from mrbench.core import layout
+from mrbench.core.records import LabRecord
 from mrbench.lab.in_sweep import plan, run_jobs
 from mrbench.reporting.context import ReportContext, load_context
 from mrbench.reporting.lab_section import Compared, _words, lab_section, score_label
@@ -38,7 +39,7 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
 def _context(reader: Reader, lab: list[str]) -> ReportContext:
     experiment_id = reader.experiment_id(SWEEP)
     ctx = load_context(SWEEP, reader, reader.runs(experiment_id), command="mrbench report x", store_note="s")
-    ctx.sweep_json["config"]["lab"] = lab  # what a sweep with these scenarios records
+    ctx.sweep_record.config["lab"] = lab  # what a sweep with these scenarios records
     return ctx
 
 
@@ -56,9 +57,9 @@ def test_the_latest_lab_run_of_this_sweep_is_shown_with_the_labs_own_numbers(rea
         if layout.read_tag(r.tags, layout.SWEEP) == SWEEP and layout.read_tag(r.tags, layout.ROLE) == "lab"
     ]
     latest = max(parents, key=lambda r: r.end_time or 0)
-    record = reader.read_json_artifact(latest, layout.LAB_ARTIFACT)
-    point, low, high = record["methods"]["gdpo"]["iqm"]["final/small"]
-    p_point, p_low, p_high = record["methods"]["gdpo"]["poi"]["final/small"]
+    gdpo = LabRecord.from_json(reader.read_json_artifact(latest, layout.LAB_ARTIFACT)).methods["gdpo"]
+    point, low, high = gdpo.iqm["final/small"]
+    p_point, p_low, p_high = gdpo.poi["final/small"]
     assert (
         f"| `gdpo` | | {fmt(point)} [{fmt(low)}, {fmt(high)}] | "
         f"{fmt(p_point)} [{fmt(p_low)}, {fmt(p_high)}] |" in text.replace("|  |", "| |")

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from mrbench.core import layout
+from mrbench.core.records import Diagnostics
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.figures import diagnostic_means, pareto_axes
 from mrbench.reporting.select import (
@@ -138,16 +139,8 @@ def test_diagnostic_means_fall_back_to_logged_shares() -> None:
     sel = select_runs(runs)
     ctx = ReportContext("s", "cmd", "store", sel, None, None, ["grpo"], ["t"], {"t": task_info(runs)}, ["m"])
     ctx.diagnostics = {
-        runs[0].run_id: {
-            "components": ["a", "b"],
-            "corr_matrix": [[1.0, None], [None, 1.0]],
-            "share": [0.6, 0.4],
-        },
-        runs[2].run_id: {
-            "components": ["b", "a"],
-            "corr_matrix": [[1.0, 0.5], [0.5, 1.0]],
-            "share": [0.9, 0.1],
-        },
+        runs[0].run_id: Diagnostics(["a", "b"], [[1.0, None], [None, 1.0]], [0.6, 0.4]),
+        runs[2].run_id: Diagnostics(["b", "a"], [[1.0, 0.5], [0.5, 1.0]], [0.9, 0.1]),
     }
     matrices, shares = diagnostic_means(ctx, "t")
     assert np.allclose(shares["grpo"], [(0.6 + 0.2 + 0.4) / 3, (0.4 + 0.8 + 0.6) / 3])

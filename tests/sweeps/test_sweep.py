@@ -426,4 +426,4 @@ def test_ray_missing_or_local_cell_functions_give_clear_errors(store: str) -> No
     with pytest.raises(UserError, match="module-level function"):
         callable_path(lambda spec: spec)
     assert callable_path(fake_cell) == "fakes:fake_cell"
-    assert Cell(fake_resolve_spec("grpo", "tool-calling", "tiny", 0)).summary()["method"] == "grpo"
+    assert Cell(fake_resolve_spec("grpo", "tool-calling", "tiny", 0)).entry().method == "grpo"
