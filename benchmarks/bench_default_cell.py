@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mrbench.core import layout
+
 TARGET_S = 180.0
 
 
@@ -46,13 +48,13 @@ def main() -> int:
         client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
         run = client.search_runs([client.get_experiment_by_name("mrbench-runs").experiment_id])[0]
         m = run.data.metrics
-    before, after = m["eval_before/exact_match"], m["eval/exact_match"]
+    before, after = m[layout.eval_before_metric("exact_match")], m[layout.eval_metric("exact_match")]
     print(f"`mrbench run --method {args.method}` (tool-calling, tiny, seed 0) from an empty results folder")
     print("| wall s | model build s | train s | eval s | exact_match before | after |")
     print("|---|---|---|---|---|---|")
     print(
-        f"| {wall:.0f} | {m['perf/model_prepare_s']:.0f} | {m['perf/train_s']:.0f} | {m['perf/eval_s']:.0f}"
-        f" | {before:.3f} | {after:.3f} |"
+        f"| {wall:.0f} | {m[layout.PERF_MODEL_PREPARE_S]:.0f} | {m[layout.PERF_TRAIN_S]:.0f} "
+        f"| {m[layout.PERF_EVAL_S]:.0f} | {before:.3f} | {after:.3f} |"
     )
     ok = wall <= TARGET_S and after > before
     print(f"target: ≤ {TARGET_S:.0f} s and after > before → {'met' if ok else 'NOT met'}")

@@ -29,12 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from mrbench.core import layout
+
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS.parent))  # run from a checkout without install
 sys.path.insert(0, str(TESTS))  # the micro model is the tests' (tests/conftest.py)
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
-LOSS = "train/loss"
+LOSS = layout.TRAIN + "loss"
 
 
 def command(model_dir: Path, uri: str, steps: int, every: str) -> list[str]:
@@ -102,7 +104,7 @@ def measure(steps: int, every: int, model_dir: Path, tmp: Path) -> int:
         root.mkdir()
         proc = start(command(model_dir, uri, steps, option), root / "results", root / "cell.log")
         finish(proc, root / "cell.log")
-        train_s[name] = only_run(MlflowClient(uri)).data.metrics["perf/train_s"]
+        train_s[name] = only_run(MlflowClient(uri)).data.metrics[layout.PERF_TRAIN_S]
     size_mb = 0.0
     probe = tmp / "probe"  # one checkpoint's size: a cell stopped right after its first checkpoint
     probe.mkdir()
@@ -146,7 +148,7 @@ def measure(steps: int, every: int, model_dir: Path, tmp: Path) -> int:
     run = only_run(client)
     if run is None or run.info.run_id != run_id or run.info.status != "FINISHED":
         sys.exit("the resumed cell did not finish its own run")
-    resumed_from = int(run.data.tags["mrbench.resumed_from"])
+    resumed_from = int(layout.read_tag(run.data.tags, layout.RESUMED_FROM))
     second = sorted(m.step for m in client.get_metric_history(run_id, LOSS) if m.timestamp >= resumed_at_ms)
     repeated = sorted(set(second) & killed_steps)
     load = os.getloadavg()[0]

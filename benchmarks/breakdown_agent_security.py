@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mrbench.core import layout
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PHASES = ("before", "after")
@@ -36,7 +38,8 @@ def load_records(run_id: str, tracking_uri: str) -> dict[str, list[dict[str, Any
     out: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="mrbench-breakdown-") as tmp:
         for phase in PHASES:
-            path = client.download_artifacts(run_id, f"eval/samples_{phase}.jsonl", tmp)
+            artifact = {"before": layout.EVAL_SAMPLES_BEFORE, "after": layout.EVAL_SAMPLES_AFTER}[phase]
+            path = client.download_artifacts(run_id, artifact, tmp)
             with open(path, encoding="utf-8") as fh:
                 out[phase] = [json.loads(line) for line in fh if line.strip()]
     return out
@@ -49,11 +52,12 @@ def summary(run_id: str, tracking_uri: str, window: int) -> str:
     client = MlflowClient(tracking_uri=tracking_uri)
     metrics = client.get_run(run_id).data.metrics
     lines = ["| eval metric | before | after |", "|---|---:|---:|"]
-    for key in sorted(k.removeprefix("eval/") for k in metrics if k.startswith("eval/")):
-        if f"eval_before/{key}" in metrics:
-            lines.append(f"| {key} | {metrics[f'eval_before/{key}']:.3f} | {metrics[f'eval/{key}']:.3f} |")
+    for key in sorted(layout.strip_prefix(layout.EVAL, k) for k in metrics if k.startswith(layout.EVAL)):
+        before, after = layout.eval_before_metric(key), layout.eval_metric(key)
+        if before in metrics:
+            lines.append(f"| {key} | {metrics[before]:.3f} | {metrics[after]:.3f} |")
     lines += ["", f"| training reward | first {window} steps | last {window} steps |", "|---|---:|---:|"]
-    for key in sorted(k for k in metrics if k.startswith("rewards/") and k.endswith("/mean")):
+    for key in sorted(k for k in metrics if k.startswith(layout.REWARDS) and k.endswith("/mean")):
         history = [m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
         k = min(window, len(history))
         first, last = sum(history[:k]) / k, sum(history[-k:]) / k

@@ -246,7 +246,7 @@ def log_synthetic_run(
 
     tags = cell_tags(spec, sweep)
     if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
+        tags[layout.PARENT_RUN_TAG] = parent_run_id
     run_id = client.create_run(experiment_id, tags=tags, run_name=spec.label()).info.run_id
     _log_body(client, run_id, spec, every=every, diagnostics=diagnostics, Metric=Metric, Param=Param)
     client.set_terminated(run_id, status)
@@ -307,7 +307,7 @@ def fake_cell(
     experiment_id = ensure_experiment(experiment, tracking_uri)
     tags = cell_tags(spec, sweep)
     if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
+        tags[layout.PARENT_RUN_TAG] = parent_run_id
     run_id = client.create_run(experiment_id, tags=tags, run_name=spec.label()).info.run_id
     seconds = float(os.environ.get("MRBENCH_FAKE_CELL_SECONDS", "0") or 0)
     patterns = [p for p in os.environ.get("MRBENCH_FAKE_CELL_FAIL", "").split(",") if p]

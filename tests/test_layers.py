@@ -1,4 +1,5 @@
-"""The package's shape: imports point down between rooms, no import cycle, no module over 600 lines.
+"""The package's shape: imports point down between rooms, no import cycle, no module over 600 lines,
+no function body over 60 lines, and the run layout's names spelled only in its schema modules.
 
 Every ``import`` and ``from … import`` of the product is read with :mod:`ast`, those inside
 functions included (a deferred import is still a dependency).
@@ -156,3 +157,104 @@ def test_import_mrbench_from_anywhere(tmp_path: Path) -> None:
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
+
+
+# --- function length --------------------------------------------------------------------------
+
+MAX_BODY_LINES = 60
+
+
+def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function's body without its docstring: what a reader follows top to bottom (the
+    options a Typer command declares in its signature do not count)."""
+    body = node.body
+    first = body[0]
+    is_doc = (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    )
+    start = body[1] if is_doc and len(body) > 1 else first
+    return (node.end_lineno or start.lineno) - start.lineno + 1
+
+
+def test_no_product_function_body_over_60_lines() -> None:
+    long = sorted(
+        f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name} ({lines} lines)"
+        for path in ROOT.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (lines := _body_lines(node)) > MAX_BODY_LINES
+    )
+    assert not long, (
+        f"function bodies over {MAX_BODY_LINES} lines (split them into named phases):\n" + "\n".join(long)
+    )
+
+
+# --- the run layout is spelled in one place --------------------------------------------------
+
+SCHEMA_MODULES = {"core/layout.py", "core/records.py"}
+ELSEWHERE = [*(ROOT.parent / d for d in ("scripts", "benchmarks")), ROOT.parent / "tests" / "fakes.py"]
+
+
+def _layout_literal(value: str) -> bool:
+    """True for a string that spells a name of the run layout: a ``mrbench.*`` tag, a metric
+    namespace, an artifact, MLflow's parent tag, or a record key only the records use."""
+    from mrbench.core import layout
+
+    tags = {
+        layout.METHOD, layout.TASK, layout.TASK_VERSION, layout.MODEL, layout.SEED, layout.RUN_KEY,
+        layout.GIT_SHA, layout.SWEEP, layout.PRIMARY_METRIC, layout.LOWER_IS_BETTER,
+        layout.REWARD_COMPONENTS, layout.ERROR, layout.EVAL_BEFORE_FROM, layout.ROLE, layout.COMMAND,
+        layout.HOST, layout.PID, layout.PRESET, layout.UNAVAILABLE_TASKS, layout.HEARTBEAT,
+        layout.SCHEMA, layout.SCENARIO, layout.LAB_KEY, layout.EVAL_OF, layout.RESUMED_FROM,
+    }  # fmt: skip
+    tag_prefixes = (layout.VERSION, layout.CLAIM, layout.EVAL_EXTRA_SKIPPED)
+    metric_prefixes = (
+        layout.REWARDS, layout.ADV, layout.TRAIN, layout.EVAL, layout.EVAL_BEFORE, layout.PERF,
+        layout.LAB, layout.EVAL_EXTRA, layout.EVAL_EXTRA_BEFORE,
+    )  # fmt: skip
+    artifacts = {
+        layout.DIAGNOSTICS_ARTIFACT,
+        layout.COMPLETIONS_ARTIFACT,
+        layout.CELL_LOG_ARTIFACT,
+        layout.SWEEP_ARTIFACT,
+        layout.LAB_ARTIFACT,
+        layout.PARENT_RUN_TAG,
+    }  # fmt: skip (CONFIG_ARTIFACT is left out: a model folder's config.json has the same name)
+    record_keys = {"corr_matrix", "key_score"}
+    if value.startswith(layout.TAG_PREFIX):
+        name = value.removeprefix(layout.TAG_PREFIX)
+        return name in tags or name.startswith(tag_prefixes)
+    return value.startswith(metric_prefixes) or value in artifacts or value in record_keys
+
+
+def _strings(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of a module that are not docstrings."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+    ]
+
+
+def test_layout_names_are_spelled_only_in_the_schema_modules() -> None:
+    files = [p for p in ROOT.rglob("*.py") if str(p.relative_to(ROOT)) not in SCHEMA_MODULES]
+    files += [p for place in ELSEWHERE for p in ([place] if place.is_file() else sorted(place.rglob("*.py")))]
+    spelled = sorted(
+        f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.value!r}"
+        for path in files
+        for node in _strings(ast.parse(path.read_text(encoding="utf-8")))
+        if _layout_literal(node.value)
+    )
+    assert not spelled, "layout names spelled outside mrbench/core/{layout,records}.py:\n" + "\n".join(
+        spelled
+    )
