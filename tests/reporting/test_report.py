@@ -399,9 +399,20 @@ def test_runs_carry_the_layout_version_and_a_later_one_is_refused(store: Store, 
     runs = client.search_runs([experiment_id])
     assert {r.data.tags.get("mrbench.schema") for r in runs} == {str(layout.SCHEMA_VERSION)}
     cell = next(r for r in runs if r.info.run_id != parent)
-    # A run written before the layout was versioned (no tag) reads as it always did.
+    # A run written before the layout was versioned (no tag), with the records of that time
+    # (diagnostics.json before the shadow estimators, sweep.json before versions and the lab),
+    # reads as it always did.
     client.delete_tag(cell.info.run_id, "mrbench.schema")
+    early_diagnostics = {"components": ["a"], "corr_matrix": [[1.0]], "share": [1.0], "steps": 2}
+    client.log_dict(cell.info.run_id, early_diagnostics, layout.DIAGNOSTICS_ARTIFACT)
+    early_sweep = {"name": "layouts", "config": {"methods": ["grpo"]}, "cells": []}
+    client.log_dict(parent, early_sweep, layout.SWEEP_ARTIFACT)
     assert build_report("layouts", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).exists()
+    # A record that is not what its name says is refused, naming the artifact and its run.
+    client.log_dict(cell.info.run_id, {"share": "x"}, layout.DIAGNOSTICS_ARTIFACT)
+    with pytest.raises(UserError, match=rf"diagnostics\.json of run {cell.info.run_id}"):
+        build_report("layouts", tracking_uri=store.uri, out=tmp_path, log_to_parent=False)
+    client.log_dict(cell.info.run_id, early_diagnostics, layout.DIAGNOSTICS_ARTIFACT)
     # A run of a later layout is refused, naming its version, before any of its names is read.
     client.set_tag(cell.info.run_id, "mrbench.schema", str(layout.SCHEMA_VERSION + 1))
     with pytest.raises(UserError, match=rf"newer mrbench \(run layout {layout.SCHEMA_VERSION + 1};"):
