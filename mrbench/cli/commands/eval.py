@@ -1,106 +1,127 @@
-"""``mrbench eval``: evaluate a model or a cell's checkpoint on a task, logged to MLflow."""
+"""``mrbench eval``: evaluate a model or a cell's checkpoint on a task, logged to MLflow.
+
+:func:`eval_cmd` reads top to bottom as its phases: build the evaluation's spec from the options,
+run and log it, print the report (a table or JSON). The engine is imported inside the phases, so
+that ``mrbench --help`` stays fast.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from mrbench.core import layout
 
+if TYPE_CHECKING:
+    from mrbench.engine.evaluation import EvalReport, EvalSpec
+
+
+def eval_cmd(
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="A preset (tiny, tiny-s, tiny-m, tiny-l, smollm2-135m), Hugging Face id, local model "
+            "folder, or run:<run id> (the checkpoint a cell saved, in the same --tracking-uri store).",
+        ),
+    ],
+    task: Annotated[
+        str, typer.Option("--task", help="Task (see `mrbench tasks`) or package.module:factory.")
+    ],
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            help="Eval data: tool-calling embedded | bfcl | bfcl-<category> | toolrl | apibank; "
+            "code-generation embedded | humaneval | mbpp | leetcode | livecodebench; agent-security "
+            "embedded | agentdojo | injecagent | asb (toolrl, apibank, livecodebench, injecagent, asb "
+            "need --task-param data_path=PATH: docs/benchmarks.md).",
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="Evaluate the first N eval samples (0 = all).")] = 0,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            "--samples",
+            help="Completions sampled per problem at temperature 1 (code-generation): unbiased pass@1 "
+            "and pass@k. Default 1.",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", help="The task's seed setting and the random seed (default: the task's, 0)."),
+    ] = None,
+    task_param: Annotated[
+        list[str] | None, typer.Option("--task-param", help="Task setting key=value (repeatable).")
+    ] = None,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option("--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."),
+    ] = None,
+    experiment: Annotated[
+        str, typer.Option("--experiment", help="MLflow experiment of the evaluation run.")
+    ] = layout.EVAL_EXPERIMENT,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="Print {model, task, dataset, n, metrics, run_id, wall_s} as JSON."),
+    ] = False,
+) -> None:
+    """Evaluate a model on a task (greedy; lm-eval, or the episode runner for agent security), as a
+    cell evaluates, and log the metrics and per-sample records as one MLflow run.
+
+    An unknown run id, a folder without weights, an unknown dataset or a bad setting exit 2
+    naming the value.
+    """
+    from mrbench.engine.evaluation import EvalSpec
+    from mrbench.kit.keyvalue import parse_key_values
+    from mrbench.store.local import resolve_tracking_uri
+
+    spec = EvalSpec(
+        model=model,
+        task=task,
+        dataset=dataset,
+        limit=limit,
+        samples=samples,
+        seed=seed,
+        task_params=parse_key_values(task_param or [], flag="--task-param"),
+    )
+    uri = resolve_tracking_uri(tracking_uri)
+    report = run_logged(spec, tracking_uri=uri, experiment=experiment)
+    if json_output:
+        typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        print_report(report, tracking_uri=uri, experiment=experiment)
+
+
+def run_logged(spec: EvalSpec, *, tracking_uri: str, experiment: str) -> EvalReport:
+    """Evaluate ``spec`` and log it as one run of ``experiment``; an interrupted evaluation says on
+    stderr that its run is marked KILLED, and re-raises."""
+    from mrbench.engine.evaluation import run_eval
+
+    try:
+        return run_eval(spec, tracking_uri=tracking_uri, experiment=experiment)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (mrbench.core.interrupts)
+        typer.echo(
+            f"\neval interrupted: its MLflow run (if started) is marked KILLED in {tracking_uri}", err=True
+        )
+        raise
+
+
+def print_report(report: EvalReport, *, tracking_uri: str, experiment: str) -> None:
+    """Print what was evaluated and where it was logged, then one row per metric (the primary marked)."""
+    of = f" (checkpoint of run {report.eval_of})" if report.eval_of else ""
+    typer.echo(
+        f"{report.model}{of} on {report.task}/{report.dataset or '-'}: {report.n} samples in "
+        f"{report.wall_s:.0f}s; run {report.run_id} (experiment {experiment!r}, store {tracking_uri})"
+    )
+    typer.echo(f"{'metric':<28}{'value':>10}")
+    for name in sorted(report.metrics):
+        mark = "  ← primary" if name == report.primary_metric else ""
+        typer.echo(f"{name:<28}{report.metrics[name]:>10.3f}{mark}")
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("eval")
-    def eval_cmd(
-        model: Annotated[
-            str,
-            typer.Option(
-                "--model",
-                help="A preset (tiny, tiny-s, tiny-m, tiny-l, smollm2-135m), Hugging Face id, local model "
-                "folder, or run:<run id> (the checkpoint a cell saved, in the same --tracking-uri store).",
-            ),
-        ],
-        task: Annotated[
-            str, typer.Option("--task", help="Task (see `mrbench tasks`) or package.module:factory.")
-        ],
-        dataset: Annotated[
-            str | None,
-            typer.Option(
-                "--dataset",
-                help="Eval data: tool-calling embedded | bfcl | bfcl-<category> | toolrl | apibank; "
-                "code-generation embedded | humaneval | mbpp | leetcode | livecodebench; agent-security "
-                "embedded | agentdojo | injecagent | asb (toolrl, apibank, livecodebench, injecagent, asb "
-                "need --task-param data_path=PATH: docs/benchmarks.md).",
-            ),
-        ] = None,
-        limit: Annotated[
-            int, typer.Option("--limit", help="Evaluate the first N eval samples (0 = all).")
-        ] = 0,
-        samples: Annotated[
-            int | None,
-            typer.Option(
-                "--samples",
-                help="Completions sampled per problem at temperature 1 (code-generation): unbiased pass@1 "
-                "and pass@k. Default 1.",
-            ),
-        ] = None,
-        seed: Annotated[
-            int | None,
-            typer.Option(
-                "--seed", help="The task's seed setting and the random seed (default: the task's, 0)."
-            ),
-        ] = None,
-        task_param: Annotated[
-            list[str] | None, typer.Option("--task-param", help="Task setting key=value (repeatable).")
-        ] = None,
-        tracking_uri: Annotated[
-            str | None,
-            typer.Option("--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."),
-        ] = None,
-        experiment: Annotated[
-            str, typer.Option("--experiment", help="MLflow experiment of the evaluation run.")
-        ] = layout.EVAL_EXPERIMENT,
-        json_output: Annotated[
-            bool,
-            typer.Option("--json", help="Print {model, task, dataset, n, metrics, run_id, wall_s} as JSON."),
-        ] = False,
-    ) -> None:
-        """Evaluate a model on a task (greedy; lm-eval, or the episode runner for agent security), as a
-        cell evaluates, and log the metrics and per-sample records as one MLflow run.
-
-        An unknown run id, a folder without weights, an unknown dataset or a bad setting exit 2
-        naming the value.
-        """
-        import json
-
-        from mrbench.engine.evaluation import EvalSpec, run_eval
-        from mrbench.kit.keyvalue import parse_key_values
-        from mrbench.store.local import resolve_tracking_uri
-
-        spec = EvalSpec(
-            model=model,
-            task=task,
-            dataset=dataset,
-            limit=limit,
-            samples=samples,
-            seed=seed,
-            task_params=parse_key_values(task_param or [], flag="--task-param"),
-        )
-        uri = resolve_tracking_uri(tracking_uri)
-        try:
-            report = run_eval(spec, tracking_uri=uri, experiment=experiment)
-        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (mrbench.core.interrupts)
-            typer.echo(f"\neval interrupted: its MLflow run (if started) is marked KILLED in {uri}", err=True)
-            raise
-        if json_output:
-            typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
-            return
-        of = f" (checkpoint of run {report.eval_of})" if report.eval_of else ""
-        typer.echo(
-            f"{report.model}{of} on {report.task}/{report.dataset or '-'}: {report.n} samples in "
-            f"{report.wall_s:.0f}s; run {report.run_id} (experiment {experiment!r}, store {uri})"
-        )
-        typer.echo(f"{'metric':<28}{'value':>10}")
-        for name in sorted(report.metrics):
-            mark = "  ← primary" if name == report.primary_metric else ""
-            typer.echo(f"{name:<28}{report.metrics[name]:>10.3f}{mark}")
+    """Add ``mrbench eval`` to ``app``."""
+    app.command("eval")(eval_cmd)

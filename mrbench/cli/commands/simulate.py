@@ -1,12 +1,108 @@
-"""``mrbench simulate``: the estimator lab — a multi-reward policy-gradient simulator, many seeds at once."""
+"""``mrbench simulate``: the estimator lab — a multi-reward policy-gradient simulator, many seeds at once.
+
+:func:`simulate_cmd` reads top to bottom as its phases: check the options, resolve the scenario,
+run the lab, print the statistics (a table or JSON). The lab is imported inside the phases, so
+that ``mrbench --help`` stays fast.
+"""
 
 from __future__ import annotations
 
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from mrbench.lab.runner import LabOutcome
+    from mrbench.lab.scenarios import Scenario
+
+
+def simulate_cmd(
+    scenario: str = typer.Option(
+        None,
+        "--scenario",
+        help="Preset: scale, redundant, collapse, anti, paper-code, paper-tools, paper-security.",
+    ),
+    config: Path = typer.Option(
+        None, "--config", help="Scenario YAML file (`base: <preset>` to start from one)."
+    ),
+    methods: list[str] = typer.Option(
+        [], "--methods", help="Methods, comma-separated or repeated (default: every registered method)."
+    ),
+    seeds: int = typer.Option(50, "--seeds", help="Seeds 0 … N−1, each its own run (batched)."),
+    steps: int = typer.Option(None, "--steps", help="Policy-gradient steps (default: the scenario's, 200)."),
+    group_size: int = typer.Option(
+        None, "--group-size", help="Rollouts per group G (default: the scenario's, 8)."
+    ),
+    out: Path = typer.Option(None, "--out", help="Report folder (default reports/lab/<scenario>/)."),
+    tracking_uri: str = typer.Option(
+        None, "--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."
+    ),
+    workers: int = typer.Option(
+        1, "--workers", help="Processes to train methods in parallel (one per core)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
+) -> None:
+    """Train a simulated policy with every estimator on a reward scenario; report what each does with
+    reward scale, redundancy, collapse and anti-correlation (IQM and bootstrap CIs over seeds)."""
+    from mrbench.lab.runner import run_lab
+
+    check_options(scenario, config, seeds=seeds, workers=workers)
+    chosen = resolve_scenario(scenario, config, steps=steps, group_size=group_size)
+    names = _method_names(methods)
+    command = _command_line(
+        {
+            "--scenario": scenario,
+            "--config": config,
+            "--methods": ",".join(names) if names else None,
+            "--seeds": seeds,
+            "--steps": steps,
+            "--group-size": group_size,
+            "--out": out,
+            "--workers": workers if workers > 1 else None,
+        }
+    )
+    outcome = run_lab(
+        chosen,
+        methods=names,
+        seeds=seeds,
+        out=out,
+        tracking_uri=tracking_uri,
+        command=command,
+        workers=workers,
+    )
+    if as_json:
+        typer.echo(json.dumps(json_payload(chosen, outcome, seeds=seeds)))
+    else:
+        print_table(chosen, outcome, seeds=seeds, command=command)
+
+
+def check_options(scenario: str | None, config: Path | None, *, seeds: int, workers: int) -> None:
+    """Exactly one of ``--scenario`` and ``--config``; at least one seed and one worker."""
+    from mrbench.core.errors import UserError
+    from mrbench.lab.presets import PRESETS
+
+    if (scenario is None) == (config is None):
+        raise UserError(f"give exactly one of --scenario NAME ({', '.join(PRESETS)}) or --config FILE")
+    if seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {seeds}")
+    if workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
+
+
+def resolve_scenario(
+    scenario: str | None, config: Path | None, *, steps: int | None, group_size: int | None
+) -> Scenario:
+    """The preset ``scenario`` or the scenario of the YAML file ``config``, with ``--steps`` and
+    ``--group-size`` applied where given."""
+    from mrbench.lab.config import load_config
+    from mrbench.lab.presets import get_scenario
+    from mrbench.lab.scenarios import with_settings
+
+    base = get_scenario(scenario) if scenario is not None else load_config(config)
+    return with_settings(base, steps=steps, group_size=group_size)
 
 
 def _command_line(options: dict[str, object]) -> str:
@@ -20,113 +116,54 @@ def _command_line(options: dict[str, object]) -> str:
 
 
 def _method_names(methods: list[str]) -> list[str] | None:
+    """The ``--methods`` values split at commas; None (every registered method) when there are none."""
     names = [name.strip() for item in methods for name in item.split(",") if name.strip()]
     return names or None
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("simulate")
-    def simulate_cmd(
-        scenario: str = typer.Option(
-            None,
-            "--scenario",
-            help="Preset: scale, redundant, collapse, anti, paper-code, paper-tools, paper-security.",
-        ),
-        config: Path = typer.Option(
-            None, "--config", help="Scenario YAML file (`base: <preset>` to start from one)."
-        ),
-        methods: list[str] = typer.Option(
-            [], "--methods", help="Methods, comma-separated or repeated (default: every registered method)."
-        ),
-        seeds: int = typer.Option(50, "--seeds", help="Seeds 0 … N−1, each its own run (batched)."),
-        steps: int = typer.Option(
-            None, "--steps", help="Policy-gradient steps (default: the scenario's, 200)."
-        ),
-        group_size: int = typer.Option(
-            None, "--group-size", help="Rollouts per group G (default: the scenario's, 8)."
-        ),
-        out: Path = typer.Option(None, "--out", help="Report folder (default reports/lab/<scenario>/)."),
-        tracking_uri: str = typer.Option(
-            None, "--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."
-        ),
-        workers: int = typer.Option(
-            1, "--workers", help="Processes to train methods in parallel (one per core)."
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
-    ) -> None:
-        """Train a simulated policy with every estimator on a reward scenario; report what each does with
-        reward scale, redundancy, collapse and anti-correlation (IQM and bootstrap CIs over seeds)."""
-        from mrbench.core.errors import UserError
-        from mrbench.lab.config import load_config
-        from mrbench.lab.presets import PRESETS, get_scenario
-        from mrbench.lab.runner import run_lab
-        from mrbench.lab.scenarios import with_settings
+def json_payload(chosen: Scenario, outcome: LabOutcome, *, seeds: int) -> dict[str, Any]:
+    """The ``--json`` object: the scenario's settings, where the results went, and per method
+    whether it is batch-coupled and its IQM and probability-of-improvement [point, low, high]."""
+    logged = outcome.logged
+    return {
+        "scenario": chosen.name,
+        "seeds": seeds,
+        "steps": chosen.steps,
+        "group_size": chosen.group_size,
+        "summary": str(outcome.summary_path),
+        "tracking_uri": logged.tracking_uri,
+        "experiment": logged.experiment,
+        "parent_run_id": logged.parent_run_id,
+        "methods": {
+            m: {
+                "batch_coupled": outcome.result.runs[m].batch_coupled,
+                "iqm": {k: [ci.point, ci.low, ci.high] for k, ci in s.iqm.items()},
+                "poi": {k: [ci.point, ci.low, ci.high] for k, ci in s.poi.items()},
+            }
+            for m, s in outcome.summaries.items()
+        },
+    }
 
-        if (scenario is None) == (config is None):
-            raise UserError(f"give exactly one of --scenario NAME ({', '.join(PRESETS)}) or --config FILE")
-        if seeds < 1:
-            raise UserError(f"--seeds must be >= 1, got {seeds}")
-        if workers < 1:
-            raise UserError(f"--workers must be >= 1, got {workers}")
-        base = get_scenario(scenario) if scenario is not None else load_config(config)
-        chosen = with_settings(base, steps=steps, group_size=group_size)
-        names = _method_names(methods)
-        command = _command_line(
-            {
-                "--scenario": scenario,
-                "--config": config,
-                "--methods": ",".join(names) if names else None,
-                "--seeds": seeds,
-                "--steps": steps,
-                "--group-size": group_size,
-                "--out": out,
-                "--workers": workers if workers > 1 else None,
-            }
-        )
-        outcome = run_lab(
-            chosen,
-            methods=names,
-            seeds=seeds,
-            out=out,
-            tracking_uri=tracking_uri,
-            command=command,
-            workers=workers,
-        )
-        logged = outcome.logged
-        if as_json:
-            payload = {
-                "scenario": chosen.name,
-                "seeds": seeds,
-                "steps": chosen.steps,
-                "group_size": chosen.group_size,
-                "summary": str(outcome.summary_path),
-                "tracking_uri": logged.tracking_uri,
-                "experiment": logged.experiment,
-                "parent_run_id": logged.parent_run_id,
-                "methods": {
-                    m: {
-                        "batch_coupled": outcome.result.runs[m].batch_coupled,
-                        "iqm": {k: [ci.point, ci.low, ci.high] for k, ci in s.iqm.items()},
-                        "poi": {k: [ci.point, ci.low, ci.high] for k, ci in s.poi.items()},
-                    }
-                    for m, s in outcome.summaries.items()
-                },
-            }
-            typer.echo(json.dumps(payload))
-            return
+
+def print_table(chosen: Scenario, outcome: LabOutcome, *, seeds: int, command: str) -> None:
+    """Print the run's settings, one row of IQM statistics per method, and where the results went."""
+    logged = outcome.logged
+    typer.echo(f"lab {chosen.name}: {seeds} seeds × {chosen.steps} steps, G={chosen.group_size}  ({command})")
+    typer.echo(
+        f"{'method':<20}{'objective':>10}{'steps→90%':>11}{'sign≠grpo':>11}{'max|A|':>10}{'resolution':>11}"
+    )
+    for method, summ in outcome.summaries.items():
+        iq = summ.iqm
         typer.echo(
-            f"lab {chosen.name}: {seeds} seeds × {chosen.steps} steps, G={chosen.group_size}  ({command})"
+            f"{method:<20}{iq['objective'].point:>10.3f}{iq['steps_to_90'].point:>11.0f}"
+            f"{iq['sign_disagree'].point:>11.3f}{iq['max_abs_adv'].point:>10.3g}"
+            f"{iq['resolution'].point:>11.3f}"
         )
-        typer.echo(
-            f"{'method':<20}{'objective':>10}{'steps→90%':>11}{'sign≠grpo':>11}{'max|A|':>10}{'resolution':>11}"
-        )
-        for method, summ in outcome.summaries.items():
-            iq = summ.iqm
-            typer.echo(
-                f"{method:<20}{iq['objective'].point:>10.3f}{iq['steps_to_90'].point:>11.0f}"
-                f"{iq['sign_disagree'].point:>11.3f}{iq['max_abs_adv'].point:>10.3g}"
-                f"{iq['resolution'].point:>11.3f}"
-            )
-        typer.echo(f"summary: {outcome.summary_path}")
-        typer.echo(f"MLflow: experiment {logged.experiment!r}, parent run {logged.parent_run_id}")
-        typer.echo(f"store: {logged.tracking_uri}")
+    typer.echo(f"summary: {outcome.summary_path}")
+    typer.echo(f"MLflow: experiment {logged.experiment!r}, parent run {logged.parent_run_id}")
+    typer.echo(f"store: {logged.tracking_uri}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``mrbench simulate`` to ``app``."""
+    app.command("simulate")(simulate_cmd)
