@@ -1,14 +1,16 @@
-"""Every registered task honours the Task contract: required members, typed hooks and their defaults."""
+"""Every registered task honours the Task contract: required members, typed hooks and their defaults;
+its bounded settings declare their Range."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pytest
 
 import mrbench.tasks as tasks
 from mrbench.core.contracts import Task
-from mrbench.core.errors import UserError
+from mrbench.core.errors import RegistryError, UserError
+from mrbench.core.registry import Range
 from mrbench.engine.config import TrainSettings
 
 
@@ -47,3 +49,67 @@ def test_the_base_class_defaults() -> None:
     assert Task.lower_is_better == frozenset()
     with pytest.raises(TypeError, match="abstract"):
         Task()  # type: ignore[abstract]
+
+
+BOUNDED = {
+    "tool-calling": {"n_train", "n_eval", "max_completion_tokens"},
+    "code-generation": {"timeout_s", "max_completion_tokens", "n_sampled"},
+    "agent-security": {
+        "n_train",
+        "n_eval",
+        "max_turns",
+        "format_weight",
+        "max_completion_tokens",
+        "clean_share",
+    },
+}
+"""The settings of the built-in tasks that declare a Range (code-generation's n_train and n_eval
+may also be None, so their range is checked by the factory alone)."""
+
+
+def test_bounded_settings_declare_their_range() -> None:
+    for name, keys in BOUNDED.items():
+        entry = tasks.TASKS.get(name)
+        assert set(entry.ranges) == keys, name
+        assert all(
+            isinstance(bound, Range) and bound.admits(entry.params[k]) for k, bound in entry.ranges.items()
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "value", "must"),
+    [
+        ("tool-calling", "n_eval", 0, ">= 1"),
+        ("tool-calling", "max_completion_tokens", -1, ">= 0"),
+        ("code-generation", "timeout_s", 600.5, "> 0 and <= 600"),
+        ("code-generation", "n_sampled", 0, ">= 1"),
+        ("agent-security", "max_turns", -2, ">= 0"),
+        ("agent-security", "clean_share", 1.5, "<= 1"),
+        ("agent-security", "format_weight", float("nan"), ">= 0"),
+    ],
+)
+def test_a_value_out_of_range_is_refused_alike_by_name_and_directly(
+    name: str, key: str, value: object, must: str
+) -> None:
+    message = f"bad value {value!r} for parameter {key!r} of {name!r}: must be {must}"
+    with pytest.raises(RegistryError) as by_name:
+        tasks.build_task(name, {key: value})
+    with pytest.raises(RegistryError) as direct:
+        tasks.TASKS.get(name).obj(**{key: value})
+    assert str(by_name.value) == str(direct.value) == message
+
+
+def test_an_integer_setting_takes_integers_only() -> None:
+    for name in BOUNDED:
+        with pytest.raises(RegistryError, match=f"'seed' of '{name}': must be an integer"):
+            tasks.build_task(name, {"seed": 1.5})
+    with pytest.raises(RegistryError, match="'n_train' of 'tool-calling': must be an integer"):
+        tasks.build_task("tool-calling", {"n_train": 2.5})
+
+
+def test_a_bad_setting_exits_2_naming_the_task_and_the_setting(
+    mrbench_cli: Callable[..., tuple[int, str, str]],
+) -> None:
+    code, _, err = mrbench_cli("run", "--task", "code-generation", "--task-param", "n_sampled=0")
+    assert code == 2 and "Traceback" not in err
+    assert "bad value 0 for parameter 'n_sampled' of 'code-generation': must be >= 1" in err

@@ -25,9 +25,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
+from mrbench.core.registry import Range
 from mrbench.tasks.agent_security import agentdojo_policies, evaluation, scenarios
 from mrbench.tasks.agent_security.agentdojo_suites import ATTACKS, SUITES, AgentDojoCase, list_cases
 from mrbench.tasks.agent_security.attacks import STYLES
@@ -43,6 +44,7 @@ from mrbench.tasks.agent_security.rewards import (
     reward_values,
 )
 from mrbench.tasks.agent_security.world import PROMPT_STYLES
+from mrbench.tasks.settings import check_settings
 
 MODES = ("multi-turn", "single-turn")
 CHAT_EMBEDDED_TOKENS = 64
@@ -375,16 +377,16 @@ def agent_security(
     *,
     dataset: str = "embedded",
     mode: str = "multi-turn",
-    n_train: int = 500,
-    n_eval: int = 0,
+    n_train: Annotated[int, Range(ge=0)] = 500,
+    n_eval: Annotated[int, Range(ge=0)] = 0,
     seed: int = 0,
-    max_turns: int = 0,
+    max_turns: Annotated[int, Range(ge=0)] = 0,
     attacks: str = "all",
     suites: str = "all",
     invalid: str = "penalize",
-    format_weight: float = 0.0,
-    max_completion_tokens: int = 0,
-    clean_share: float = -1.0,
+    format_weight: Annotated[float, Range(ge=0)] = 0.0,
+    max_completion_tokens: Annotated[int, Range(ge=0)] = 0,
+    clean_share: Annotated[float, Range(le=1)] = -1.0,
     data_path: str = "",
     prompt_style: str = "chat",
 ) -> AgentSecurityTask:
@@ -421,6 +423,7 @@ def agent_security(
     mix (11 clean per 43 cases: three of the eleven goal templates have no attacked variant, the
     other eight one per attack style) gives the generated mix.
     """
+    check_settings("agent-security", agent_security, locals())
     _check_choice(dataset, DATASETS, "dataset")
     _check_choice(mode, MODES, "mode")
     _check_choice(invalid, INVALID_POLICIES, "invalid policy")
@@ -431,20 +434,6 @@ def agent_security(
         from mrbench.tasks.sources import no_source
 
         raise ValueError(str(no_source(dataset)))
-    for key, value in (
-        ("n_train", n_train),
-        ("n_eval", n_eval),
-        ("max_turns", max_turns),
-        ("max_completion_tokens", max_completion_tokens),
-    ):
-        if value < 0:
-            raise ValueError(f"{key} must be >= 0, got {value}")
-    if format_weight < 0:
-        raise ValueError(f"format_weight must be >= 0, got {format_weight}")
-    if clean_share > 1:
-        raise ValueError(
-            f"clean_share must be within [0, 1] (or negative for the default), got {clean_share}"
-        )
     if dataset == "embedded" or dataset in EXTERNAL:
         styles = _parse_list(attacks, STYLES, "attack") if dataset == "embedded" else []
         if suites.strip() not in ("", "all"):

@@ -7,13 +7,15 @@ import random
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
 from mrbench.core.errors import UserError
+from mrbench.core.registry import Range
 from mrbench.kit.sandbox import Limits
 from mrbench.tasks.code_generation import evaluation, rewards
 from mrbench.tasks.code_generation.problems import Problem, embedded_problems, embedded_split, split_by_family
+from mrbench.tasks.settings import check_settings
 
 DATASETS: tuple[str, ...] = ("embedded", "humaneval", "mbpp", "leetcode", "livecodebench")
 OFFLINE_DATASETS: tuple[str, ...] = ("embedded", "humaneval")
@@ -29,6 +31,9 @@ DEFAULT_MAX_COMPLETION_TOKENS = {
 """Generation budgets. ``embedded``: a perfect answer is at most 79 characters (about 30 tokens
 with the tiny models' 1024-token byte-level BPE), so 64 tokens never truncate one while keeping
 CPU rollouts short. The others hold whole functions (LeetCode: whole classes)."""
+_SUBSET_SIZES = {"n_train": Range(ge=1), "n_eval": Range(ge=1)}
+"""The ranges of ``n_train`` and ``n_eval``, which may also be None (the whole split): kept here, as
+the registry checks a default (None) against the range its annotation declares."""
 
 
 def dataset_split(dataset: str) -> tuple[list[Problem], list[Problem]]:
@@ -309,9 +314,9 @@ def code_generation(
     n_train: int | None = None,
     n_eval: int | None = None,
     seed: int = 0,
-    timeout_s: float = 5.0,
-    max_completion_tokens: int = 0,
-    n_sampled: int = 16,
+    timeout_s: Annotated[float, Range(gt=0, le=600)] = 5.0,
+    max_completion_tokens: Annotated[int, Range(ge=0)] = 0,
+    n_sampled: Annotated[int, Range(ge=1)] = 16,
     data_path: str = "",
 ) -> CodeGenerationTask:
     """Write Python functions run against tests in a sandbox; seven reward components.
@@ -334,6 +339,7 @@ def code_generation(
         data_path: where ``livecodebench`` is (a ``code_generation_lite`` ``.jsonl`` file, a folder
             of them, or a hub id); see ``docs/benchmarks.md``. Also read by ``mrbench score``.
     """
+    check_settings("code-generation", code_generation, locals(), optional=_SUBSET_SIZES)
     eval_dataset = eval_dataset or dataset
     for key, value in (("dataset", dataset), ("eval_dataset", eval_dataset)):
         if value not in DATASETS:
@@ -346,21 +352,6 @@ def code_generation(
         from mrbench.tasks.sources import no_source
 
         raise ValueError(str(no_source(eval_dataset)))
-    for key, value in (("n_train", n_train), ("n_eval", n_eval)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{key} must be a positive integer or None, got {value!r}")
-    if isinstance(n_sampled, bool) or not isinstance(n_sampled, int) or n_sampled < 1:
-        raise ValueError(f"n_sampled must be a positive integer, got {n_sampled!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= 600:
-        raise ValueError(f"timeout_s must be a number of seconds in (0, 600], got {timeout_s!r}")
-    if (
-        isinstance(max_completion_tokens, bool)
-        or not isinstance(max_completion_tokens, int)
-        or max_completion_tokens < 0
-    ):
-        raise ValueError(f"max_completion_tokens must be an integer >= 0, got {max_completion_tokens!r}")
     from mrbench.tasks.code_generation import hub
 
     for name in sorted({dataset, eval_dataset} & set(hub.HUB_SPLITS)):  # offline: one line, before any run

@@ -7,9 +7,11 @@ import math
 import random
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
+from mrbench.core.registry import Range
+from mrbench.tasks.settings import check_settings
 from mrbench.tasks.tool_calling import rewards
 from mrbench.tasks.tool_calling.bfcl import CATEGORY_FILES
 from mrbench.tasks.tool_calling.data import make_demonstrations, make_samples
@@ -229,11 +231,11 @@ def _metric_names(samples: list[Sample]) -> tuple[str, ...]:
 
 def tool_calling(
     *,
-    n_train: int = 512,
-    n_eval: int = 64,
+    n_train: Annotated[int, Range(ge=1)] = 512,
+    n_eval: Annotated[int, Range(ge=1)] = 64,
     seed: int = 0,
     dataset: str = "embedded",
-    max_completion_tokens: int = 0,
+    max_completion_tokens: Annotated[int, Range(ge=0)] = 0,
     data_path: str = "",
     prompt_style: str = "chat",
 ) -> ToolCallingTask:
@@ -258,19 +260,11 @@ def tool_calling(
             terse system message: what the tiny models are built for, and set for them); see
             :mod:`.prompts`. ToolRL and API-Bank items keep their own prompts.
     """
+    check_settings("tool-calling", tool_calling, locals())
     if dataset not in DATASETS:
         raise ValueError(f"unknown tool-calling dataset {dataset!r}; choose from {', '.join(DATASETS)}")
     if prompt_style not in PROMPT_STYLES:
         raise ValueError(f"unknown prompt_style {prompt_style!r}; choose from {', '.join(PROMPT_STYLES)}")
-    for key, value, low in (
-        ("n_train", n_train, 1),
-        ("n_eval", n_eval, 1),
-        ("max_completion_tokens", max_completion_tokens, 0),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
     if dataset in SOURCES and not data_path:
         from mrbench.tasks.sources import no_source
 

@@ -64,7 +64,9 @@ def test_registry_builds_the_task() -> None:
         ({"prompt_style": "long"}, r"unknown prompt_style 'long'; choose from chat, compact"),
         ({"attacks": "important_instructions,jailbreak"}, r"unknown attack 'jailbreak'"),
         ({"invalid": "skip"}, r"unknown invalid policy 'skip'"),
-        ({"n_train": -1}, r"n_train must be >= 0"),
+        ({"n_train": -1}, r"bad value -1 for parameter 'n_train' of 'agent-security': must be >= 0"),
+        ({"max_turns": 1.5}, r"'max_turns' of 'agent-security': must be an integer"),
+        ({"format_weight": float("inf")}, r"'format_weight' of 'agent-security': must be a finite number"),
         ({"suites": "banking"}, r"applies to dataset 'agentdojo' only"),
         (
             {"dataset": "agentdojo", "mode": "single-turn"},
@@ -124,7 +126,7 @@ def test_clean_share_defaults_per_dataset() -> None:
     assert agent_security().clean_share == 0.5
     assert agent_security(clean_share=0.3).clean_share == 0.3
     assert agent_security(dataset="agentdojo").clean_share is None  # every case as the suites list them
-    with pytest.raises(ValueError, match="clean_share must be within"):
+    with pytest.raises(ValueError, match="'clean_share' of 'agent-security': must be <= 1"):
         agent_security(clean_share=1.5)
 
 
