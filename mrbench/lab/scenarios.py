@@ -151,10 +151,27 @@ def _check_matrix(name: str, label: str, matrix: Matrix, k: int, components: Seq
 
 
 def _validate(s: Scenario) -> None:
+    """Raise a :class:`UserError` naming the first bad value of ``s`` (checks in field order)."""
     name = s.name
     if not name or not isinstance(name, str):
         raise UserError(f"a scenario needs a non-empty name, got {name!r}")
-    k = len(s.components)
+    _check_shape(s)
+    _check_component_values(s)
+    _check_rates(s)
+    _check_matrix(name, "corr", s.corr, len(s.components), s.components)
+    if s.noise_corr is not None:
+        _check_matrix(name, "noise_corr", s.noise_corr, len(s.components), s.components)
+    _check_training(s)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float)
+
+
+def _check_shape(s: Scenario) -> None:
+    """Component names distinct and non-empty; one entry per component in every per-component list
+    (``missing`` may also be empty)."""
+    name, k = s.name, len(s.components)
     if k == 0:
         raise _fail(name, "needs at least one reward component")
     if len(set(s.components)) != k or not all(isinstance(c, str) and c for c in s.components):
@@ -169,47 +186,54 @@ def _validate(s: Scenario) -> None:
                 f"{key} has {len(values)} entries {list(values)} "
                 f"but there are {k} components {list(s.components)}",
             )
+
+
+def _check_component_values(s: Scenario) -> None:
+    """Scales > 0, finite weights and means, known kinds, noise >= 0, numeric bounds with low < high."""
+    name = s.name
     for comp, scale in zip(s.components, s.scales, strict=True):
-        if not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
+        if not (_is_number(scale) and math.isfinite(scale) and scale > 0):
             raise _fail(name, f"scale of component {comp!r} must be a finite number > 0, got {scale!r}")
     for key in ("weights", "means"):
         for comp, value in zip(s.components, getattr(s, key), strict=True):
-            if not (isinstance(value, int | float) and math.isfinite(value)):
+            if not (_is_number(value) and math.isfinite(value)):
                 raise _fail(name, f"{key[:-1]} of component {comp!r} must be a finite number, got {value!r}")
     for comp, kind in zip(s.components, s.kinds, strict=True):
         if kind not in KINDS:
             raise _fail(name, f"kind of component {comp!r} must be one of {', '.join(KINDS)}, got {kind!r}")
     for comp, sigma in zip(s.components, s.noise, strict=True):
-        if not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma >= 0):
+        if not (_is_number(sigma) and math.isfinite(sigma) and sigma >= 0):
             raise _fail(name, f"noise of component {comp!r} must be a finite number >= 0, got {sigma!r}")
     for comp, low, high in zip(s.components, s.lows, s.highs, strict=True):
-        if (
-            not (isinstance(low, int | float) and isinstance(high, int | float))
-            or math.isnan(low)
-            or math.isnan(high)
-        ):
+        if not (_is_number(low) and _is_number(high)) or math.isnan(low) or math.isnan(high):
             raise _fail(name, f"bounds of component {comp!r} must be numbers, got low={low!r} high={high!r}")
         if not low < high:
             raise _fail(name, f"component {comp!r} needs low < high, got low={low} high={high}")
+
+
+def _check_rates(s: Scenario) -> None:
+    """Missing rates per component and the unscorable rate in [0, 1)."""
     for comp, rate in zip(s.components, s.missing, strict=False):
-        if not (isinstance(rate, int | float) and 0.0 <= rate < 1.0):
-            raise _fail(name, f"missing rate of component {comp!r} must be in [0, 1), got {rate!r}")
-    if not (isinstance(s.unscorable, int | float) and 0.0 <= s.unscorable < 1.0):
-        raise _fail(name, f"unscorable must be in [0, 1), got {s.unscorable!r}")
-    _check_matrix(name, "corr", s.corr, k, s.components)
-    if s.noise_corr is not None:
-        _check_matrix(name, "noise_corr", s.noise_corr, k, s.components)
+        if not (_is_number(rate) and 0.0 <= rate < 1.0):
+            raise _fail(s.name, f"missing rate of component {comp!r} must be in [0, 1), got {rate!r}")
+    if not (_is_number(s.unscorable) and 0.0 <= s.unscorable < 1.0):
+        raise _fail(s.name, f"unscorable must be in [0, 1), got {s.unscorable!r}")
+
+
+def _check_training(s: Scenario) -> None:
+    """Sizes, features, learning rate, policy, PPO clip and method parameters."""
+    name = s.name
     for key, least in (("prompts", 1), ("responses", 2), ("group_size", 2), ("steps", 1), ("ppo_epochs", 1)):
         value = getattr(s, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise _fail(name, f"{key} must be an integer >= {least}, got {value!r}")
     if not isinstance(s.features, int) or s.features < 0:
         raise _fail(name, f"features must be an integer >= 0, got {s.features!r}")
-    if not (isinstance(s.lr, int | float) and math.isfinite(s.lr) and s.lr > 0):
+    if not (_is_number(s.lr) and math.isfinite(s.lr) and s.lr > 0):
         raise _fail(name, f"lr must be a finite number > 0, got {s.lr!r}")
     if s.policy not in POLICIES:
         raise _fail(name, f"policy must be one of {', '.join(POLICIES)}, got {s.policy!r}")
-    if s.ppo_clip is not None and not (isinstance(s.ppo_clip, int | float) and 0 < s.ppo_clip < 1):
+    if s.ppo_clip is not None and not (_is_number(s.ppo_clip) and 0 < s.ppo_clip < 1):
         raise _fail(name, f"ppo_clip must be in (0, 1) or null, got {s.ppo_clip!r}")
     if not isinstance(s.method_params, Mapping) or not all(
         isinstance(v, Mapping) for v in s.method_params.values()
@@ -254,6 +278,16 @@ def identity(k: int) -> Matrix:
     return tuple(tuple(1.0 if i == j else 0.0 for j in range(k)) for i in range(k))
 
 
+def _check_keys(data: Mapping[str, Any], where: str) -> None:
+    """Refuse the first key of ``data`` that is not a scenario field, with a "did you mean"."""
+    unknown = [key for key in data if key not in FIELD_NAMES]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(str(key), FIELD_NAMES, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UserError(f"unknown scenario setting {key!r}{where}.{hint} Settings: {', '.join(FIELD_NAMES)}.")
+
+
 def scenario_from_dict(
     data: Mapping[str, Any], base: Scenario | None = None, *, source: str = ""
 ) -> Scenario:
@@ -263,12 +297,7 @@ def scenario_from_dict(
     components changes; missing bounds are unbounded. ``source`` names the file in errors.
     """
     where = f" in {source}" if source else ""
-    unknown = [key for key in data if key not in FIELD_NAMES]
-    if unknown:
-        key = unknown[0]
-        close = difflib.get_close_matches(str(key), FIELD_NAMES, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise UserError(f"unknown scenario setting {key!r}{where}.{hint} Settings: {', '.join(FIELD_NAMES)}.")
+    _check_keys(data, where)
     values: dict[str, Any] = {}
     if base is not None:
         values = {f: getattr(base, f) for f in FIELD_NAMES}

@@ -123,6 +123,113 @@ def _scenario_lines(result: LabResult) -> list[str]:
     return lines
 
 
+def _header_lines(result: LabResult, command: str) -> list[str]:
+    """Title, description, the command that produced the report, and the scenario's settings."""
+    s = result.scenario
+    return [
+        f"# Lab: `{s.name}`",
+        "",
+        s.description,
+        "",
+        f"Produced by `{command}` (rerun it to regenerate this folder).",
+        "",
+        f"{len(result.seeds)} seeds × {s.steps} steps; {s.prompts} prompts × {s.responses} candidate "
+        f"responses per seed, {s.group_size} rollouts per group; {s.policy} softmax policy, lr {s.lr:g}, "
+        f"PPO epochs {s.ppo_epochs}, clip {s.ppo_clip if s.ppo_clip is not None else 'none'}; "
+        f"unscorable rollouts {s.unscorable:g}.",
+        "",
+        *_scenario_lines(result),
+    ]
+
+
+def _statistics_lines(result: LabResult, reps: int, reference: str) -> list[str]:
+    """The "Statistics" section: how the numbers of the tables were computed."""
+    return [
+        "## Statistics",
+        "",
+        f"Seed = unit of replication. Point estimates are IQMs (mean of the middle 50 %) over the "
+        f"{len(result.seeds)} seeds; brackets are 95 % {CI_METHOD} confidence intervals from a stratified "
+        f"bootstrap over seeds ({reps} resamples, numpy seed 0). Rewards are expected rewards under the "
+        "policy (exact, not sampled), normalised per prompt: 0 = its worst response, 1 = its best. "
+        f"`steps to {REACH:.0%}` = first step where the normalised weighted objective reaches {REACH:g} "
+        f"({result.scenario.steps + 1} = never). `sign ≠ {reference}` = fraction of groups where some "
+        f"rollout's advantage has the opposite sign of {reference}'s for the same rewards; `max |A|` = "
+        "largest advantage magnitude of the run; `resolution` = distinct advantages / distinct reward "
+        "vectors per group (1 = every distinct reward combination keeps its own advantage). Methods "
+        "marked † couple the groups of a batch (a batch statistic) and were called once per seed.",
+    ]
+
+
+def _diagnostics_lines(
+    result: LabResult, summaries: Mapping[str, MethodSummary], reference: str
+) -> list[str]:
+    """The table of objective, steps to 90 %, sign disagreement, max |A| and resolution."""
+    rows = [
+        [
+            f"`{method}`" + (" †" if result.runs[method].batch_coupled else ""),
+            _ci(summ.iqm[OBJECTIVE]),
+            _ci(summ.iqm["steps_to_90"], 0),
+            _ci(summ.iqm["sign_disagree"]),
+            _ci(summ.iqm["max_abs_adv"], 2),
+            _ci(summ.iqm["resolution"]),
+        ]
+        for method, summ in summaries.items()
+    ]
+    header = ["method", "objective (final)", f"steps to {REACH:.0%}", f"sign ≠ {reference}", "max \\|A\\|"]
+    return ["## Objective and advantage diagnostics", "", *_table([*header, "resolution"], rows)]
+
+
+def _final_lines(components: tuple[str, ...], summaries: Mapping[str, MethodSummary]) -> list[str]:
+    """The table of each component's final position."""
+    rows = [[f"`{m}`", *(_ci(summ.iqm[f"final/{c}"]) for c in components)] for m, summ in summaries.items()]
+    return [
+        "## Final position of each component (the Pareto position)",
+        "",
+        *_table(["method", *(f"`{c}`" for c in components)], rows),
+    ]
+
+
+def _poi_lines(
+    components: tuple[str, ...], summaries: Mapping[str, MethodSummary], reference: str
+) -> list[str]:
+    """The probability-of-improvement table (no lines when no method has one)."""
+    rows = [
+        [
+            f"`{m}`",
+            *(_ci(summ.poi[f"final/{c}"]) if f"final/{c}" in summ.poi else "–" for c in components),
+            _ci(summ.poi[OBJECTIVE]) if OBJECTIVE in summ.poi else "–",
+        ]
+        for m, summ in summaries.items()
+        if summ.poi
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        f"## Probability of improvement over `{reference}`",
+        "",
+        f"P(a seed of the method ends higher than a seed of `{reference}`), ties ½; 0.5 = no difference.",
+        "",
+        *_table(["method", *(f"`{c}`" for c in components), OBJECTIVE], rows),
+    ]
+
+
+FIGURE_LINES = [
+    "## Figures",
+    "",
+    f"![learning curves]({CURVES_FIGURE})",
+    "",
+    "Per-component normalised expected reward and the weighted objective over training: mean over seeds "
+    "with a 95 % bootstrap band.",
+    "",
+    f"![pareto trajectories]({PARETO_FIGURE})",
+    "",
+    "Mean trajectory of each method over training (dot: the end) and every seed's final position.",
+    "",
+]
+"""The "Figures" section (the same for every scenario)."""
+
+
 def render(
     result: LabResult,
     summaries: Mapping[str, MethodSummary],
@@ -132,97 +239,18 @@ def render(
     reference: str = "grpo",
 ) -> str:
     """The markdown of ``summary.md``."""
-    s = result.scenario
-    n_seeds = len(result.seeds)
+    components = result.scenario.components
     lines = [
-        f"# Lab: `{s.name}`",
+        *_header_lines(result, command),
         "",
-        s.description,
+        *_statistics_lines(result, reps, reference),
         "",
-        f"Produced by `{command}` (rerun it to regenerate this folder).",
+        *_diagnostics_lines(result, summaries, reference),
         "",
-        f"{n_seeds} seeds × {s.steps} steps; {s.prompts} prompts × {s.responses} candidate responses "
-        f"per seed, {s.group_size} rollouts per group; {s.policy} softmax policy, lr {s.lr:g}, "
-        f"PPO epochs {s.ppo_epochs}, clip {s.ppo_clip if s.ppo_clip is not None else 'none'}; "
-        f"unscorable rollouts {s.unscorable:g}.",
+        *_final_lines(components, summaries),
+        *_poi_lines(components, summaries, reference),
         "",
-        *_scenario_lines(result),
-        "",
-        "## Statistics",
-        "",
-        f"Seed = unit of replication. Point estimates are IQMs (mean of the middle 50 %) over the "
-        f"{n_seeds} seeds; brackets are 95 % {CI_METHOD} confidence intervals from a stratified bootstrap "
-        f"over seeds ({reps} resamples, numpy seed 0). Rewards are expected rewards under the policy "
-        "(exact, not sampled), normalised per prompt: 0 = its worst response, 1 = its best. "
-        f"`steps to {REACH:.0%}` = first step where the normalised weighted objective reaches {REACH:g} "
-        f"({s.steps + 1} = never). `sign ≠ {reference}` = fraction of groups where some rollout's "
-        f"advantage has the opposite sign of {reference}'s for the same rewards; `max |A|` = largest "
-        "advantage magnitude of the run; `resolution` = distinct advantages / distinct reward vectors "
-        "per group (1 = every distinct reward combination keeps its own advantage). Methods marked † "
-        "couple the groups of a batch (a batch statistic) and were called once per seed.",
-        "",
-        "## Objective and advantage diagnostics",
-        "",
-    ]
-    rows = []
-    for method, summ in summaries.items():
-        run = result.runs[method]
-        iq = summ.iqm
-        rows.append(
-            [
-                f"`{method}`" + (" †" if run.batch_coupled else ""),
-                _ci(iq[OBJECTIVE]),
-                _ci(iq["steps_to_90"], 0),
-                _ci(iq["sign_disagree"]),
-                _ci(iq["max_abs_adv"], 2),
-                _ci(iq["resolution"]),
-            ]
-        )
-    lines += _table(
-        [
-            "method",
-            "objective (final)",
-            f"steps to {REACH:.0%}",
-            f"sign ≠ {reference}",
-            "max \\|A\\|",
-            "resolution",
-        ],
-        rows,
-    )
-    lines += ["", "## Final position of each component (the Pareto position)", ""]
-    rows = [[f"`{m}`", *(_ci(summ.iqm[f"final/{c}"]) for c in s.components)] for m, summ in summaries.items()]
-    lines += _table(["method", *(f"`{c}`" for c in s.components)], rows)
-    poi_rows = [
-        [
-            f"`{m}`",
-            *(_ci(summ.poi[f"final/{c}"]) if f"final/{c}" in summ.poi else "–" for c in s.components),
-            _ci(summ.poi[OBJECTIVE]) if OBJECTIVE in summ.poi else "–",
-        ]
-        for m, summ in summaries.items()
-        if summ.poi
-    ]
-    if poi_rows:
-        lines += [
-            "",
-            f"## Probability of improvement over `{reference}`",
-            "",
-            f"P(a seed of the method ends higher than a seed of `{reference}`), ties ½; 0.5 = no difference.",
-            "",
-            *_table(["method", *(f"`{c}`" for c in s.components), OBJECTIVE], poi_rows),
-        ]
-    lines += [
-        "",
-        "## Figures",
-        "",
-        f"![learning curves]({CURVES_FIGURE})",
-        "",
-        "Per-component normalised expected reward and the weighted objective over training: mean over seeds "
-        "with a 95 % bootstrap band.",
-        "",
-        f"![pareto trajectories]({PARETO_FIGURE})",
-        "",
-        "Mean trajectory of each method over training (dot: the end) and every seed's final position.",
-        "",
+        *FIGURE_LINES,
     ]
     return "\n".join(lines)
 
