@@ -33,6 +33,7 @@ from typing import Any
 
 from mrbench.core.errors import UserError
 from mrbench.core.registry import import_target
+from mrbench.engine.config import CellOptions, RunSpec
 from mrbench.engine.console import verbose
 from mrbench.sweeps.cell import (
     DEFAULT_CELL_FN,
@@ -130,27 +131,96 @@ def run_sweep(
     """
     from rich.console import Console
 
-    from mrbench.store.client import check_tracking_reachable, ensure_experiment
-    from mrbench.store.local import resolve_tracking_uri, results_dir
+    from mrbench.store.local import resolve_tracking_uri
 
     console = console or Console()
-    grid = expand_grid(spec, resolve)
+    grid = _with_cell_options(expand_grid(spec, resolve), spec)
     outcome = SweepOutcome(spec.name, grid)
     uri = resolve_tracking_uri(tracking_uri)
+    write_report = spec.report if report is None else report
     if dry_run:
-        print_grid(console, grid, peek_states(uri, spec.name, grid.cells))
-        _describe_lab(spec, spec.report if report is None else report, console)
-        console.print(
-            f"dry run: {len(grid.cells)} cells, nothing was run (store {uri}, experiment {spec.name!r})"
-        )
+        _print_dry_run(spec, grid, uri, write_report, console)
         return outcome
-    check_tracking_reachable(uri)
+    store = _open_store(spec.name, uri, outcome)
+    todo = _plan_cells(spec, grid, store, outcome, console)
+    cell_fn, workers = _check_cells(spec, todo, cell_fn)
+    parent = start_parent_run(
+        store.client,
+        store.experiment_id,
+        spec,
+        command=command or default_command(),
+        cells=grid.cells,
+        unavailable=grid.unavailable,
+    )
+    outcome.parent_run_id = parent
+    # The live table on a terminal; plain lines with --verbose, whose library output it would garble.
+    progress = SweepProgress(console, len(todo), workers, live=not verbose(), tracking_uri=uri)
+    with _parent_run(store, parent, progress, outcome, len(todo), console):
+        ctx = _cell_context(spec, store, parent, cell_fn)
+        for result in _run_cells(spec, todo, ctx, workers, progress):
+            (outcome.held if result.status == SKIPPED else outcome.outcomes).append(result)
+        progress.close()
+        _print_cells_left(spec.name, outcome, console)
+        if spec.eval:  # the extra datasets, on every FINISHED cell's saved policy (engine.extra_evals)
+            from mrbench.engine.extra_evals import run_extra_evals
+
+            cells = [c.spec for c in grid.cells]
+            run_extra_evals(spec.eval, spec.task_params, cells, uri, store.experiment_id, _say(console))
+        if write_report:
+            _run_lab(spec, uri, console)
+            outcome.report_path = _write_report(spec.name, uri, parent, console)
+    return outcome
+
+
+@dataclass(frozen=True)
+class _Store:
+    """The sweep's tracking store, open: its URI, a client, and the sweep's experiment."""
+
+    uri: str
+    client: Any
+    experiment_id: str
+
+
+def _with_cell_options(grid: Grid, spec: SweepSpec) -> Grid:
+    """The grid with the sweep's cell options (checkpoint interval, store retry bound) on each
+    :class:`RunSpec`, which hands them to its cell in any process; the run keys stay as they are."""
+    options = CellOptions(checkpoint_every=spec.checkpoint_every, tracking_retry_s=spec.tracking_retry_s)
+    if not options.given():
+        return grid
+    cells = [
+        Cell(replace(c.spec, options=options), c.key) if isinstance(c.spec, RunSpec) else c
+        for c in grid.cells
+    ]
+    return Grid(cells, grid.unavailable)
+
+
+def _print_dry_run(spec: SweepSpec, grid: Grid, uri: str, report: bool, console: Any) -> None:
+    """``--dry-run``: the grid with each cell's state in the store (if any), and what the lab would run."""
+    print_grid(console, grid, peek_states(uri, spec.name, grid.cells))
+    _describe_lab(spec, report, console)
+    console.print(
+        f"dry run: {len(grid.cells)} cells, nothing was run (store {uri}, experiment {spec.name!r})"
+    )
+
+
+def _open_store(name: str, uri: str, outcome: SweepOutcome) -> _Store:
+    """The store, checked reachable, with the sweep's experiment (created if new)."""
     from mlflow.tracking import MlflowClient
 
+    from mrbench.store.client import check_tracking_reachable, ensure_experiment
+
+    check_tracking_reachable(uri)
     client = MlflowClient(tracking_uri=uri)
-    experiment_id = ensure_experiment(spec.name, uri)
-    outcome.experiment_id = experiment_id
-    resume = resume_states(client, experiment_id, grid.cells, mark_stale=True)
+    outcome.experiment_id = ensure_experiment(name, uri)
+    return _Store(uri, client, outcome.experiment_id)
+
+
+def _plan_cells(
+    spec: SweepSpec, grid: Grid, store: _Store, outcome: SweepOutcome, console: Any
+) -> list[Cell]:
+    """The cells left to run (not FINISHED), after marking stale RUNNING runs KILLED; prints the grid
+    with each cell's state, other live invocations of the sweep and the counts."""
+    resume = resume_states(store.client, store.experiment_id, grid.cells, mark_stale=True)
     states, outcome.stale_killed = resume.states, resume.stale_killed
     print_grid(console, grid, states)
     if outcome.stale_killed:
@@ -168,93 +238,103 @@ def run_sweep(
     console.print(
         f"sweep {spec.name!r}: {len(grid.cells)} cells, {len(outcome.skipped)} already FINISHED (skipped), "
         + (f"{n_held} held by another invocation, " if n_held else "")
-        + f"{len(todo) - n_held} to run; store {uri}"
+        + f"{len(todo) - n_held} to run; store {store.uri}"
     )
+    return todo
+
+
+def _check_cells(spec: SweepSpec, todo: list[Cell], cell_fn: CellFn | None) -> tuple[CellFn, int]:
+    """The cell function and the workers for ``todo``; a UserError now, before the parent run exists,
+    when workers could not import the function or the cells' processes cannot train them."""
     cell_fn = cell_fn or import_target(DEFAULT_CELL_FN)
     workers = min(spec.workers, max(1, len(todo)))
     if workers > 1 or spec.processes_per_cell > 1 or spec.executor == "ray":
-        callable_path(cell_fn)  # workers import it by path: fail now, not after the parent run exists
+        callable_path(cell_fn)  # workers import it by path
     check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed)
-    parent = start_parent_run(
-        client,
-        experiment_id,
-        spec,
-        command=command or default_command(),
-        cells=grid.cells,
-        unavailable=grid.unavailable,
-    )
-    outcome.parent_run_id = parent
-    claims = CellClaims(client, experiment_id, parent)
-    log_dir = results_dir() / "logs" / slug(spec.name)
-    ctx = CellContext(uri, spec.name, parent, spec.name, cell_fn, log_dir, claims)
-    ctx = replace(ctx, processes_per_cell=spec.processes_per_cell, distributed=spec.distributed)
-    # The live table on a terminal; plain lines with --verbose, whose library output it would garble.
-    progress = SweepProgress(console, len(todo), workers, live=not verbose(), tracking_uri=uri)
-    heartbeat = Heartbeat(uri, parent)
+    return cell_fn, workers
+
+
+@contextmanager
+def _parent_run(
+    store: _Store, parent: str, progress: SweepProgress, outcome: SweepOutcome, n_todo: int, console: Any
+) -> Iterator[None]:
+    """Keep the parent run alive (its heartbeat) while the block runs, and end it however the block
+    ends: FINISHED (FAILED if a cell failed); after Ctrl-C, KILLED with the runs still RUNNING, and
+    the interruption is swallowed (``outcome.interrupted``: exit code 130); after any other error,
+    FAILED likewise, and the error goes on."""
+    heartbeat = Heartbeat(store.uri, parent)
     heartbeat.start()
+
+    def abort(status: str) -> None:
+        with _ignore_sigint():
+            heartbeat.stop()
+            progress.close()
+            kill_running_children(store.client, store.experiment_id, parent)
+            finish_parent_run(store.client, parent, status)
+
     try:
-        if spec.executor == "ray":
-            from mrbench.sweeps.executors.ray import run_ray
-
-            results = run_ray(
-                todo,
-                ctx,
-                progress,
-                address=spec.ray_address,
-                gpus_per_cell=spec.gpus_per_cell,
-                cpus_per_cell=spec.cpus_per_cell,
-            )
-        elif workers > 1 or spec.processes_per_cell > 1:  # a multi-process cell starts from a worker
-            results = run_processes(todo, ctx, workers, progress)
-        else:
-            results = run_sequential(todo, ctx, progress)
-        for result in results:
-            (outcome.held if result.status == SKIPPED else outcome.outcomes).append(result)
-        progress.close()
-        failed = outcome.failed
-        if failed:
-            console.print(
-                f"[red]{len(failed)} cell(s) did not finish[/red]: " + ", ".join(o.cell.label for o in failed)
-            )
-        if outcome.held:
-            console.print(f"{len(outcome.held)} cell(s) were left to another invocation of this sweep:")
-            for held in outcome.held:
-                console.print(f"  {held.cell.label}: held by {held.error}", highlight=False)
-            console.print(
-                "the report covers the cells FINISHED so far: the invocation that ends last writes the "
-                f"complete one (or run `mrbench report {spec.name}`)"
-            )
-        if spec.eval:  # the extra datasets, on every FINISHED cell's saved policy (engine.extra_evals)
-            from mrbench.engine.extra_evals import run_extra_evals
-
-            cells = [c.spec for c in grid.cells]
-            run_extra_evals(spec.eval, spec.task_params, cells, uri, experiment_id, _say(console))
-        if spec.report if report is None else report:
-            _run_lab(spec, uri, console)
-            outcome.report_path = _write_report(spec.name, uri, parent, console)
+        yield
     except KeyboardInterrupt:
         outcome.interrupted = True
-        with _ignore_sigint():
-            heartbeat.stop()
-            progress.close()
-            kill_running_children(client, experiment_id, parent)
-            finish_parent_run(client, parent, "KILLED")
+        abort("KILLED")
         done = sum(o.status == "FINISHED" for o in outcome.outcomes)
         console.print(
-            f"[yellow]interrupted[/yellow]: {done} of {len(todo)} cells finished in this invocation; the "
+            f"[yellow]interrupted[/yellow]: {done} of {n_todo} cells finished in this invocation; the "
             "current run was marked KILLED. Run the same command again to resume."
         )
-        return outcome
     except BaseException:
-        with _ignore_sigint():
-            heartbeat.stop()
-            progress.close()
-            kill_running_children(client, experiment_id, parent)
-            finish_parent_run(client, parent, "FAILED")
+        abort("FAILED")
         raise
-    heartbeat.stop()
-    finish_parent_run(client, parent, "FAILED" if outcome.failed else "FINISHED")
-    return outcome
+    else:
+        heartbeat.stop()
+        finish_parent_run(store.client, parent, "FAILED" if outcome.failed else "FINISHED")
+
+
+def _cell_context(spec: SweepSpec, store: _Store, parent: str, cell_fn: CellFn) -> CellContext:
+    """Where this invocation's cells log, and how they are claimed and trained."""
+    from mrbench.store.local import results_dir
+
+    claims = CellClaims(store.client, store.experiment_id, parent)
+    log_dir = results_dir() / "logs" / slug(spec.name)
+    ctx = CellContext(store.uri, spec.name, parent, spec.name, cell_fn, log_dir, claims)
+    return replace(ctx, processes_per_cell=spec.processes_per_cell, distributed=spec.distributed)
+
+
+def _run_cells(
+    spec: SweepSpec, todo: list[Cell], ctx: CellContext, workers: int, progress: SweepProgress
+) -> list[CellOutcome]:
+    """Run ``todo`` on the sweep's executor: Ray, worker processes, or one after another here."""
+    if spec.executor == "ray":
+        from mrbench.sweeps.executors.ray import run_ray
+
+        return run_ray(
+            todo,
+            ctx,
+            progress,
+            address=spec.ray_address,
+            gpus_per_cell=spec.gpus_per_cell,
+            cpus_per_cell=spec.cpus_per_cell,
+        )
+    if workers > 1 or spec.processes_per_cell > 1:  # a multi-process cell starts from a worker
+        return run_processes(todo, ctx, workers, progress)
+    return run_sequential(todo, ctx, progress)
+
+
+def _print_cells_left(name: str, outcome: SweepOutcome, console: Any) -> None:
+    """The cells that did not finish, and those left to another invocation of the sweep."""
+    failed = outcome.failed
+    if failed:
+        console.print(
+            f"[red]{len(failed)} cell(s) did not finish[/red]: " + ", ".join(o.cell.label for o in failed)
+        )
+    if outcome.held:
+        console.print(f"{len(outcome.held)} cell(s) were left to another invocation of this sweep:")
+        for held in outcome.held:
+            console.print(f"  {held.cell.label}: held by {held.error}", highlight=False)
+        console.print(
+            "the report covers the cells FINISHED so far: the invocation that ends last writes the "
+            f"complete one (or run `mrbench report {name}`)"
+        )
 
 
 def _say(console: Any) -> Any:

@@ -339,7 +339,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "n_seeds",
         _n_seeds,
-        default="",
+        default="—",
         meaning="seeds 0 … N−1, instead of `seeds`",
         option=Option("--n-seeds", "Seeds 0..N-1 (instead of --seeds).", int),
         into="seeds",
@@ -348,7 +348,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "steps",
         optional(integer(Range(ge=1))),
-        default="null",
+        default="null (`train`'s)",
         meaning="training steps for every cell (applied last)",
         option=Option("--steps", "Training steps for every cell.", int),
     ),

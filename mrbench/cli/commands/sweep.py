@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -55,124 +56,126 @@ def sweep(
     return outcome.exit_code
 
 
+_COMMAND_OPTIONS: tuple[tuple[str, Any, Any, Any], ...] = (
+    # (parameter, type, default, option): the options that are not sweep settings; those come from
+    # mrbench.sweeps.settings.SETTINGS (see _setting_parameters), between --config and --dry-run.
+    (
+        "config",
+        Path | None,
+        None,
+        typer.Option("--config", help="Sweep YAML file (keys: docs/sweep-yaml.md)."),
+    ),
+    ("dry_run", bool, False, typer.Option("--dry-run", help="Print the grid of cells and run nothing.")),
+    (
+        "tracking_uri",
+        str | None,
+        None,
+        typer.Option("--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."),
+    ),
+    (
+        "verbose",
+        bool,
+        False,
+        typer.Option(
+            "--verbose",
+            help="Also show what the libraries print, as it comes (plain lines instead of the live "
+            "table); it is always kept in each cell's log, results/checkpoints/<run key>/cell.log.",
+        ),
+    ),
+)
+
+
+def _parameter(name: str, kind: Any, default: Any, option: Any) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, option]
+    )
+
+
+def _setting_parameters() -> dict[str, tuple[str, inspect.Parameter]]:
+    """Per sweep setting with an option: its parameter name → (its key, the Typer parameter)."""
+    from mrbench.sweeps.settings import SETTINGS, Switch
+
+    found: dict[str, tuple[str, inspect.Parameter]] = {}
+    for setting in SETTINGS:
+        option = setting.option
+        if option is None:
+            continue
+        name = option.flag.removeprefix("--").replace("-", "_")
+        if isinstance(option, Switch):
+            parameter = _parameter(name, bool, False, typer.Option(option.flag, help=option.help))
+        else:
+            parameter = _parameter(
+                name, option.type | None, None, typer.Option(option.flag, help=option.help)
+            )
+        found[name] = (setting.key, parameter)
+    return found
+
+
+def overrides_from_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The sweep settings the command's setting options give (YAML keys; None: not given)."""
+    from mrbench.sweeps.settings import BY_KEY, Switch
+
+    overrides: dict[str, Any] = {}
+    for name, (key, _parameter) in _setting_parameters().items():
+        value, option = options.get(name), BY_KEY[key].option
+        if isinstance(option, Switch):
+            value = option.sets if value else None
+        overrides[key] = value
+    return overrides
+
+
+def command_signature() -> inspect.Signature:
+    """The options of ``mrbench sweep``: --config, one per sweep setting, then the others."""
+    config, *others = (_parameter(*entry) for entry in _COMMAND_OPTIONS)
+    settings = [parameter for _key, parameter in _setting_parameters().values()]
+    return inspect.Signature([config, *settings, *others], return_annotation=None)
+
+
+def sweep_command(
+    *,
+    config: Path | None = None,
+    dry_run: bool = False,
+    tracking_uri: str | None = None,
+    verbose: bool = False,
+    cell_fn: CellFn | None = None,
+    resolve: ResolveFn | None = None,
+    **options: Any,
+) -> None:
+    """Run every cell of a sweep (skipping FINISHED ones), then write reports/<name>/report.md.
+
+    Rerun the same command to resume after a crash or Ctrl-C. Several invocations of one sweep
+    (here or on other machines logging to one tracking server) share its cells: each cell runs
+    once, in whichever claims it first.
+
+    On a terminal a live table shows the cells; otherwise one plain line per cell. What the
+    libraries print goes to each cell's log (named when it fails; an MLflow artifact).
+    """
+    if verbose:
+        from mrbench.engine.console import set_verbose
+
+        set_verbose()
+    code = sweep(
+        config=config,
+        overrides=overrides_from_options(options),
+        tracking_uri=tracking_uri,
+        dry_run=dry_run,
+        cell_fn=cell_fn,
+        resolve=resolve,
+    )
+    if code:
+        # SystemExit rather than typer.Exit: click returns (does not raise) Exit's code when the
+        # app runs with standalone_mode=False, as mrbench.cli.app.main does, which would lose it.
+        raise SystemExit(code)
+
+
 def register(app: typer.Typer, *, cell_fn: CellFn | None = None, resolve: ResolveFn | None = None) -> None:
-    """Add ``sweep`` to ``app``; its cells run ``cell_fn`` over specs from ``resolve`` (default: real
-    training over :func:`mrbench.engine.config.resolve_spec`)."""
+    """Add ``sweep`` (:func:`sweep_command`, with the options of :func:`command_signature`) to ``app``;
+    its cells run ``cell_fn`` over specs from ``resolve`` (default: real training over
+    :func:`mrbench.engine.config.resolve_spec`)."""
 
-    @app.command("sweep")
-    def sweep_cmd(
-        preset: Annotated[
-            str | None,
-            typer.Option("--preset", help="smoke (default), cpu (tiny ladder × 3 seeds) or paper (GPUs)."),
-        ] = None,
-        config: Annotated[
-            Path | None, typer.Option("--config", help="Sweep YAML file (keys: see mrbench/sweeps/spec.py).")
-        ] = None,
-        methods: Annotated[str | None, typer.Option("--methods", help="Comma-separated methods.")] = None,
-        tasks: Annotated[str | None, typer.Option("--tasks", help="Comma-separated tasks.")] = None,
-        models: Annotated[
-            str | None, typer.Option("--models", help="Comma-separated models (all tasks).")
-        ] = None,
-        seeds: Annotated[
-            str | None, typer.Option("--seeds", help="Comma-separated seeds, e.g. 0,1,2.")
-        ] = None,
-        n_seeds: Annotated[
-            int | None, typer.Option("--n-seeds", help="Seeds 0..N-1 (instead of --seeds).")
-        ] = None,
-        steps: Annotated[int | None, typer.Option("--steps", help="Training steps for every cell.")] = None,
-        name: Annotated[
-            str | None,
-            typer.Option(
-                "--name",
-                help="Sweep name = MLflow experiment and report folder (default: the config's name, "
-                "else its file name, else the preset's).",
-            ),
-        ] = None,
-        workers: Annotated[
-            int | None,
-            typer.Option("--workers", help="Cells at a time, each in its own process (default 1)."),
-        ] = None,
-        executor: Annotated[str | None, typer.Option("--executor", help="local (default) or ray.")] = None,
-        ray_address: Annotated[
-            str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray.")
-        ] = None,
-        gpus_per_cell: Annotated[
-            float | None, typer.Option("--gpus-per-cell", help="GPUs per cell (Ray executor).")
-        ] = None,
-        processes_per_cell: Annotated[
-            int | None,
-            typer.Option(
-                "--processes-per-cell",
-                help="Train each cell in N processes (accelerate launch; train.prompts_per_step is shared).",
-            ),
-        ] = None,
-        distributed: Annotated[
-            str | None,
-            typer.Option("--distributed", help="accelerate preset of those processes: ddp | fsdp | zero3."),
-        ] = None,
-        dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="Print the grid of cells and run nothing.")
-        ] = False,
-        tracking_uri: Annotated[
-            str | None,
-            typer.Option("--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."),
-        ] = None,
-        no_report: Annotated[
-            bool, typer.Option("--no-report", help="Do not write the report at the end.")
-        ] = False,
-        no_lab: Annotated[
-            bool,
-            typer.Option("--no-lab", help="Do not run the estimator lab before the report (lab: [])."),
-        ] = False,
-        verbose: Annotated[
-            bool,
-            typer.Option(
-                "--verbose",
-                help="Also show what the libraries print, as it comes (plain lines instead of the live "
-                "table); it is always kept in each cell's log, results/checkpoints/<run key>/cell.log.",
-            ),
-        ] = False,
-    ) -> None:
-        """Run every cell of a sweep (skipping FINISHED ones), then write reports/<name>/report.md.
+    def command(**options: Any) -> None:
+        sweep_command(**options, cell_fn=cell_fn, resolve=resolve)
 
-        Rerun the same command to resume after a crash or Ctrl-C. Several invocations of one sweep
-        (here or on other machines logging to one tracking server) share its cells: each cell runs
-        once, in whichever claims it first.
-
-        On a terminal a live table shows the cells; otherwise one plain line per cell. What the
-        libraries print goes to each cell's log (named when it fails; an MLflow artifact).
-        """
-        if verbose:
-            from mrbench.engine.console import set_verbose
-
-            set_verbose()
-        overrides = {
-            "name": name,
-            "methods": methods,
-            "tasks": tasks,
-            "models": models,
-            "seeds": seeds,
-            "n_seeds": n_seeds,
-            "steps": steps,
-            "workers": workers,
-            "executor": executor,
-            "ray_address": ray_address,
-            "gpus_per_cell": gpus_per_cell,
-            "processes_per_cell": processes_per_cell,
-            "distributed": distributed,
-            "report": False if no_report else None,
-            "lab": [] if no_lab else None,
-        }
-        code = sweep(
-            preset=preset,
-            config=config,
-            overrides=overrides,
-            tracking_uri=tracking_uri,
-            dry_run=dry_run,
-            cell_fn=cell_fn,
-            resolve=resolve,
-        )
-        if code:
-            # SystemExit rather than typer.Exit: click returns (does not raise) Exit's code when the
-            # app runs with standalone_mode=False, as mrbench.cli.app.main does, which would lose it.
-            raise SystemExit(code)
+    command.__signature__ = command_signature()  # type: ignore[attr-defined]
+    command.__doc__ = sweep_command.__doc__
+    app.command("sweep")(command)
