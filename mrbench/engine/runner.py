@@ -43,15 +43,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrbench.core import layout
-from mrbench.core.contracts import EvalResult, Sample, Task
+from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.core.provenance import git_sha
 from mrbench.engine import console, eval_cache, phases, resume
 from mrbench.engine.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
 from mrbench.engine.config import RunSpec
-from mrbench.engine.distributed import per_process, rank_client, rank_folder
+from mrbench.engine.distributed import rank_client, rank_folder
 from mrbench.engine.evaluation import evaluate_model, load_policy
-from mrbench.engine.tracking import RunLog, end_run_quietly
+from mrbench.engine.grpo_setup import grpo_config, train_dataset
+from mrbench.engine.run_guard import ends_run_on_error
+from mrbench.engine.tracking import RunLog
 from mrbench.store.client import RetryingClient, TrackingUnavailable, ensure_experiment
 
 log = logging.getLogger(__name__)
@@ -122,77 +124,6 @@ class MlflowStepLogger:
             },
             step,
         )
-
-
-def _build_dataset(samples: list[Sample]) -> Any:
-    """One dataset row per sample: ``prompt``, ``sample_id`` and the sample's columns."""
-    from datasets import Dataset
-
-    rows = [{"prompt": s.prompt, "sample_id": s.id, **s.columns} for s in samples]
-    return Dataset.from_list(rows)
-
-
-def _grpo_config(
-    spec: RunSpec,
-    task: Task,
-    output_dir: str,
-    progress: bool,
-    save_every: int = 0,
-    vllm_max_length: int | None = None,
-) -> Any:
-    """TRL's config for ``spec``; ``save_every`` > 0 saves the model (only) every that many steps
-    into ``output_dir/checkpoint-<step>``; ``vllm_max_length``: vLLM's context with ``use_vllm``
-    (:func:`mrbench.engine.generation.vllm_context_cap`)."""
-    import torch
-    from trl import GRPOConfig
-
-    from mrbench.engine.models import mixed_precision
-
-    train = spec.train
-    on_gpu = torch.cuda.is_available()
-    mixed = mixed_precision(train.precision)
-    return GRPOConfig(
-        output_dir=output_dir,
-        max_steps=train.steps,
-        # prompts_per_step is per generation batch over all processes of a multi-process cell.
-        per_device_train_batch_size=per_process(train.prompts_per_step) * train.num_generations,
-        gradient_accumulation_steps=train.gradient_accumulation_steps,
-        num_generations=train.num_generations,
-        learning_rate=train.learning_rate,
-        # Short runs: a decaying schedule would spend half the steps at a low rate.
-        lr_scheduler_type="constant",
-        beta=train.beta,
-        temperature=train.temperature,
-        max_completion_length=train.max_completion_length or task.max_completion_tokens,
-        reward_weights=[c.weight for c in task.reward_components()],
-        logging_steps=1,
-        report_to=[],
-        save_strategy="steps" if save_every else "no",
-        save_steps=save_every or 500,
-        # With optimizer, scheduler and RNG state: a cell resumes from it (mrbench.engine.resume, whose
-        # callback also asks for the training checkpoints; save every:N ones end model-only).
-        save_only_model=False,
-        seed=spec.seed,
-        use_cpu=not on_gpu,
-        # Mixed precision: bfloat16 autocast over the float32 policy the cell loaded (the master weights).
-        bf16=mixed,
-        # With a KL term TRL builds the reference model from these: bfloat16 under mixed precision (it
-        # is never updated), and on this process's device, not spread by device_map="auto" (which TRL
-        # leaves on for FSDP). They apply to the reference only: the policy is passed loaded.
-        model_init_kwargs={"dtype": "bfloat16" if mixed else "float32", "device_map": None}
-        if train.beta > 0
-        else None,
-        gradient_checkpointing=train.gradient_checkpointing,
-        # Colocated: vLLM shares the training GPU (TRL's default 30 % of its memory); TRL syncs the
-        # policy's weights into it before each generation batch.
-        use_vllm=train.use_vllm,
-        vllm_mode="colocate",
-        vllm_max_model_length=vllm_max_length if train.use_vllm else None,
-        disable_tqdm=not progress,
-        dataloader_num_workers=0,
-        remove_unused_columns=False,
-        log_completions=False,
-    )
 
 
 def run_cell(
@@ -285,6 +216,41 @@ def _trainer_output(folder: CellFolder, start: resume.CellStart) -> Iterator[str
             yield out_dir
 
 
+@dataclass
+class _CellRun:
+    """One cell's open run, which the phases of :func:`_run_cell` read and add to: the spec and
+    task, the cell folder, how the run started (:class:`~mrbench.engine.resume.CellStart`), its
+    log, and the seconds the timed phases took."""
+
+    spec: RunSpec
+    task: Task
+    folder: CellFolder
+    start: resume.CellStart
+    log: RunLog
+    prepare_s: float = 0.0
+    eval_s: float = 0.0
+    train_s: float = 0.0
+
+    @property
+    def run_id(self) -> str:
+        return self.start.run_id
+
+    @property
+    def save(self) -> SaveMode:
+        """What the run keeps of the policy (a reopened run goes on with its own ``save``)."""
+        return self.start.save
+
+
+@dataclass(frozen=True)
+class _Policy:
+    """The policy a cell trains: the prepared ``path`` it was loaded from, ``model`` (float32, the
+    one copy: evaluated before training, then trained) and ``tokenizer``."""
+
+    path: str
+    model: Any
+    tokenizer: Any
+
+
 def _run_cell(
     spec: RunSpec,
     task: Task,
@@ -299,15 +265,49 @@ def _run_cell(
     progress: bool,
     checkpoint_every: int | None,
 ) -> CellResult:
-    import mrbench.methods as methods
-    from mrbench.engine.models import autocast, model_task_settings, prepare_model
-    from mrbench.engine.trainer import MultiRewardGRPOTrainer
+    """The phases of one cell, in order. Once the run is open, any error ends it KILLED (Ctrl-C) or
+    FAILED and empties ``pending/``: a cell that did not complete has nothing to log later."""
+    run = _open_run(
+        spec,
+        task,
+        client,
+        folder,
+        save_mode=save_mode,
+        experiment=experiment,
+        parent_run_id=parent_run_id,
+        sweep=sweep,
+        checkpoint_every=checkpoint_every,
+    )
+    with ends_run_on_error(client, run.run_id, cleanup=folder.clear_pending):
+        _log_config(run)
+        policy = _load_policy(run)
+        before = _evaluate_before_training(run, policy)
+        trainer = _train(run, policy, progress)
+        checkpoint = _save_final_policy(run, trainer)
+        after = _evaluate_after_training(run, trainer, policy.tokenizer)
+        wall_s = time.perf_counter() - started
+        _log_results(run, after, trainer, wall_s)
+    return _complete(run, before, after, wall_s, checkpoint)
 
+
+def _open_run(
+    spec: RunSpec,
+    task: Task,
+    client: RetryingClient,
+    folder: CellFolder,
+    *,
+    save_mode: SaveMode,
+    experiment: str,
+    parent_run_id: str | None,
+    sweep: str | None,
+    checkpoint_every: int | None,
+) -> _CellRun:
+    """A new run, or the run of this cell's last training checkpoint, reopened
+    (:mod:`mrbench.engine.resume`); the cell log attached to it and ``pending/`` emptied."""
     experiment_id = ensure_experiment(experiment, client.tracking_uri, client=client)
     tags = cell_tags(spec, task, sweep)
     if parent_run_id:
         tags[layout.PARENT_RUN_TAG] = parent_run_id
-    # A new run, or the run of this cell's last training checkpoint, reopened (mrbench.engine.resume).
     start = resume.start_run(
         client,
         folder,
@@ -319,144 +319,183 @@ def _run_cell(
         checkpoint_every=checkpoint_every,
         steps=spec.train.steps,
     )
-    run_id, save_mode = start.run_id, start.save
-    console.attach_log(client, run_id)
+    console.attach_log(client, start.run_id)
     folder.clear_pending()  # what a process that died before writing its record left there
-    run_log = RunLog(client, run_id, folder.pending)
-    steps = spec.train.steps
-    try:
-        if start.resumed is None:  # a resumed run keeps what it logged
-            options = {layout.PARAM_SAVE: str(save_mode), layout.PARAM_CHECKPOINT_EVERY: str(start.every)}
-            run_log.params({**spec.flat_params(), **options})
-            run_log.json_artifact({**spec.to_dict(), "run_key": spec.run_key()}, layout.CONFIG_ARTIFACT)
+    return _CellRun(spec, task, folder, start, RunLog(client, start.run_id, folder.pending))
 
-        t0 = time.perf_counter()
-        model_path = prepare_model(spec.model)
-        prepare_s = time.perf_counter() - t0
-        from transformers import set_seed
 
-        set_seed(spec.seed)
-        # float32 whatever the precision: the master weights (mrbench.engine.models.mixed_precision).
-        model, tokenizer = load_policy(model_path, dtype="float32")
-        run_log.params({layout.PARAM_N_PARAMS: str(sum(p.numel() for p in model.parameters()))})
+def _log_config(run: _CellRun) -> None:
+    """The run's params and ``config.json`` (a resumed run keeps what it logged)."""
+    if run.start.resumed is not None:
+        return
+    spec = run.spec
+    options = {layout.PARAM_SAVE: str(run.save), layout.PARAM_CHECKPOINT_EVERY: str(run.start.every)}
+    run.log.params({**spec.flat_params(), **options})
+    run.log.json_artifact({**spec.to_dict(), "run_key": spec.run_key()}, layout.CONFIG_ARTIFACT)
 
-        t0 = time.perf_counter()
-        logged_before = start.before()  # a resumed run's, read back: not evaluated again
-        before = (
-            EvalResult(logged_before)
-            if logged_before
-            else _evaluate_before(spec, task, model_path, model, tokenizer, run_id, run_log)
+
+def _load_policy(run: _CellRun) -> _Policy:
+    """Prepare the model (:func:`~mrbench.engine.models.prepare_model`), seed, and load it in float32
+    whatever the precision: the master weights (:func:`mrbench.engine.models.mixed_precision`)."""
+    from transformers import set_seed
+
+    from mrbench.engine.models import prepare_model
+
+    t0 = time.perf_counter()
+    path = prepare_model(run.spec.model)
+    run.prepare_s = time.perf_counter() - t0
+    set_seed(run.spec.seed)
+    model, tokenizer = load_policy(path, dtype="float32")
+    run.log.params({layout.PARAM_N_PARAMS: str(sum(p.numel() for p in model.parameters()))})
+    return _Policy(path, model, tokenizer)
+
+
+def _evaluate_before_training(run: _CellRun, policy: _Policy) -> EvalResult:
+    """The pre-training evaluation, logged as ``eval_before/<m>`` and ``eval/<m>`` at step 0 with its
+    samples; a resumed run's is read back, not evaluated (or logged) again."""
+    t0 = time.perf_counter()
+    logged_before = run.start.before()
+    before = EvalResult(logged_before) if logged_before else _evaluate_before(run, policy)
+    run.eval_s += time.perf_counter() - t0
+    if not logged_before:
+        run.log.metrics(
+            {layout.eval_before_metric(k): v for k, v in before.metrics.items()}
+            | {layout.eval_metric(k): v for k, v in before.metrics.items()},
+            0,
         )
-        eval_s = time.perf_counter() - t0
-        if not logged_before:
-            run_log.metrics(
-                {layout.eval_before_metric(k): v for k, v in before.metrics.items()}
-                | {layout.eval_metric(k): v for k, v in before.metrics.items()},
-                0,
-            )
-            run_log.json_artifact(before.samples, layout.EVAL_SAMPLES_BEFORE)
-
-        step_logger = MlflowStepLogger(run_log)
-        hooks = task.training_hooks()
-        vllm_cap = None
-        if spec.train.use_vllm:
-            from mrbench.engine.generation import vllm_context_cap
-
-            budget = spec.train.max_completion_length or task.max_completion_tokens
-            positions = getattr(model.config, "max_position_embeddings", None)
-            vllm_cap = vllm_context_cap(task, tokenizer, budget, positions)
-        with _trainer_output(folder, start) as out_dir:
-            trainer = MultiRewardGRPOTrainer(
-                # The one copy of the policy: the pre-training evaluation's model is the one trained
-                # (TRL builds a reference model from its path when beta > 0).
-                model=model,
-                reward_funcs=[c.fn for c in task.reward_components()],
-                args=_grpo_config(
-                    spec, task, out_dir, progress, save_every=save_mode.every, vllm_max_length=vllm_cap
-                ),
-                train_dataset=_build_dataset(task.train_samples()),
-                processing_class=tokenizer,
-                callbacks=[step_logger.callback, phases.training_callback()],
-                method_fn=methods.get_method(spec.method).obj,
-                method_params=spec.method_params,
-                shadow_methods=None,  # compare with every other registered method, at its defaults
-                **hooks,
-            )
-            checkpoints = resume.CheckpointWriter(trainer, folder, start)
-            trainer.add_callback(checkpoints.callback)
-            t0 = time.perf_counter()
-            trainer.train(resume_from_checkpoint=checkpoints.restore())
-            train_s = time.perf_counter() - t0
-
-        checkpoint = ""
-        if save_mode.final:  # saved before anything else can fail: the trained policy is what costs
-            built_for = model_task_settings(spec.model)
-            checkpoint = str(save_policy(trainer, folder.final, task_settings=built_for))
-            run_log.params({layout.PARAM_CHECKPOINT_DIR: checkpoint})
-            run_log.metrics({layout.CHECKPOINT_SIZE_MB: folder_size_mb(folder.final)}, steps)
-
-        t0 = time.perf_counter()
-        with (
-            phases.evaluation("eval after", trainer.model, task, spec.train.eval_limit),
-            autocast(spec.train.precision),
-        ):
-            after = evaluate_model(task, trainer.model, tokenizer, spec.train.eval_limit)
-        eval_s += time.perf_counter() - t0
-        wall_s = time.perf_counter() - started
-        perf = {
-            layout.PERF_WALL_S: wall_s,
-            layout.PERF_TRAIN_S: train_s,
-            layout.PERF_EVAL_S: eval_s,
-            layout.PERF_MODEL_PREPARE_S: prepare_s,
-        }
-        run_log.metrics({layout.eval_metric(k): v for k, v in after.metrics.items()} | perf, steps)
-        run_log.json_artifact(after.samples, layout.EVAL_SAMPLES_AFTER)
-        components = [c.name for c in task.reward_components()]
-        run_log.json_artifact(trainer.diag_accumulator.summary(components), layout.DIAGNOSTICS_ARTIFACT)
-        run_log.json_artifact(trainer.completion_log(), layout.COMPLETIONS_ARTIFACT)
-    except KeyboardInterrupt:
-        end_run_quietly(client, run_id, "KILLED")
-        folder.clear_pending()  # a cell that did not complete has nothing to log later
-        raise
-    except BaseException as exc:
-        end_run_quietly(client, run_id, "FAILED", error=f"{type(exc).__name__}: {exc}")
-        folder.clear_pending()
-        raise
-    resume.finish_checkpoints(folder, save_mode)  # complete: the training state is not needed any more
-    result = CellResult(
-        run_id=run_id,
-        run_key=spec.run_key(),
-        status="FINISHED",
-        metrics_before=dict(before.metrics),
-        metrics_after=dict(after.metrics),
-        wall_s=wall_s,
-        primary_metric=task.primary_metric,
-        checkpoint_dir=checkpoint,
-    )
-    # The cell is complete: from here on nothing it computed may be lost.
-    _finish(run_log, folder, {"run_id": run_id, "tracking_uri": client.tracking_uri, "result": result})
-    return result
+        run.log.json_artifact(before.samples, layout.EVAL_SAMPLES_BEFORE)
+    return before
 
 
-def _evaluate_before(
-    spec: RunSpec, task: Task, model_path: str, model: Any, tokenizer: Any, run_id: str, run_log: RunLog
-) -> EvalResult:
+def _evaluate_before(run: _CellRun, policy: _Policy) -> EvalResult:
     """The pre-training evaluation: read from :mod:`mrbench.engine.eval_cache` when another cell of
     the same (model, task settings, eval limit) computed it, else computed and stored there."""
     from mrbench.engine.models import autocast, mixed_precision
 
+    spec, task = run.spec, run.task
     mixed = mixed_precision(spec.train.precision)
     key = eval_cache.cache_key(
-        model_path, spec.task, task.version, spec.task_params, spec.train.eval_limit, mixed_precision=mixed
+        policy.path, spec.task, task.version, spec.task_params, spec.train.eval_limit, mixed_precision=mixed
     )
     cached = eval_cache.read(key)
     if cached is not None:
-        run_log.tags({layout.tag(layout.EVAL_BEFORE_FROM): cached.run_id})
+        run.log.tags({layout.tag(layout.EVAL_BEFORE_FROM): cached.run_id})
         return EvalResult(metrics=cached.metrics, samples=cached.samples)
-    with phases.evaluation("eval before", model, task, spec.train.eval_limit), autocast(spec.train.precision):
-        before = evaluate_model(task, model, tokenizer, spec.train.eval_limit)
-    eval_cache.write(key, dict(before.metrics), before.samples, run_id)
+    limit = spec.train.eval_limit
+    with phases.evaluation("eval before", policy.model, task, limit), autocast(spec.train.precision):
+        before = evaluate_model(task, policy.model, policy.tokenizer, limit)
+    eval_cache.write(key, dict(before.metrics), before.samples, run.run_id)
     return before
+
+
+def _train(run: _CellRun, policy: _Policy, progress: bool) -> Any:
+    """Train the policy with :class:`~mrbench.engine.trainer.MultiRewardGRPOTrainer` (from the
+    cell's last training checkpoint when the run was reopened); returns the trainer."""
+    import mrbench.methods as methods
+    from mrbench.engine.trainer import MultiRewardGRPOTrainer
+
+    spec, task = run.spec, run.task
+    step_logger = MlflowStepLogger(run.log)
+    hooks = task.training_hooks()
+    vllm_cap = _vllm_cap(spec, task, policy)
+    with _trainer_output(run.folder, run.start) as out_dir:
+        trainer = MultiRewardGRPOTrainer(
+            # The one copy of the policy: the pre-training evaluation's model is the one trained
+            # (TRL builds a reference model from its path when beta > 0).
+            model=policy.model,
+            reward_funcs=[c.fn for c in task.reward_components()],
+            args=grpo_config(
+                spec, task, out_dir, progress, save_every=run.save.every, vllm_max_length=vllm_cap
+            ),
+            train_dataset=train_dataset(task.train_samples()),
+            processing_class=policy.tokenizer,
+            callbacks=[step_logger.callback, phases.training_callback()],
+            method_fn=methods.get_method(spec.method).obj,
+            method_params=spec.method_params,
+            shadow_methods=None,  # compare with every other registered method, at its defaults
+            **hooks,
+        )
+        checkpoints = resume.CheckpointWriter(trainer, run.folder, run.start)
+        trainer.add_callback(checkpoints.callback)
+        t0 = time.perf_counter()
+        trainer.train(resume_from_checkpoint=checkpoints.restore())
+        run.train_s = time.perf_counter() - t0
+    return trainer
+
+
+def _vllm_cap(spec: RunSpec, task: Task, policy: _Policy) -> int | None:
+    """vLLM's context with ``use_vllm`` (:func:`mrbench.engine.generation.vllm_context_cap`), else None."""
+    if not spec.train.use_vllm:
+        return None
+    from mrbench.engine.generation import vllm_context_cap
+
+    budget = spec.train.max_completion_length or task.max_completion_tokens
+    positions = getattr(policy.model.config, "max_position_embeddings", None)
+    return vllm_context_cap(task, policy.tokenizer, budget, positions)
+
+
+def _save_final_policy(run: _CellRun, trainer: Any) -> str:
+    """With a final save, the trained policy in ``final/`` (with the task settings its model was
+    built for), recorded in the run; its folder, or "". Saved before anything else can fail: the
+    trained policy is what costs."""
+    from mrbench.engine.models import model_task_settings
+
+    if not run.save.final:
+        return ""
+    built_for = model_task_settings(run.spec.model)
+    checkpoint = str(save_policy(trainer, run.folder.final, task_settings=built_for))
+    run.log.params({layout.PARAM_CHECKPOINT_DIR: checkpoint})
+    run.log.metrics({layout.CHECKPOINT_SIZE_MB: folder_size_mb(run.folder.final)}, run.spec.train.steps)
+    return checkpoint
+
+
+def _evaluate_after_training(run: _CellRun, trainer: Any, tokenizer: Any) -> EvalResult:
+    """The evaluation of the trained policy (logged by :func:`_log_results`)."""
+    from mrbench.engine.models import autocast
+
+    limit = run.spec.train.eval_limit
+    t0 = time.perf_counter()
+    with phases.evaluation("eval after", trainer.model, run.task, limit), autocast(run.spec.train.precision):
+        after = evaluate_model(run.task, trainer.model, tokenizer, limit)
+    run.eval_s += time.perf_counter() - t0
+    return after
+
+
+def _log_results(run: _CellRun, after: EvalResult, trainer: Any, wall_s: float) -> None:
+    """At the last step: ``eval/<m>`` after training and the ``perf/...`` timings; the samples after
+    training, ``diagnostics.json`` and the completion log as artifacts."""
+    perf = {
+        layout.PERF_WALL_S: wall_s,
+        layout.PERF_TRAIN_S: run.train_s,
+        layout.PERF_EVAL_S: run.eval_s,
+        layout.PERF_MODEL_PREPARE_S: run.prepare_s,
+    }
+    run.log.metrics({layout.eval_metric(k): v for k, v in after.metrics.items()} | perf, run.spec.train.steps)
+    run.log.json_artifact(after.samples, layout.EVAL_SAMPLES_AFTER)
+    components = [c.name for c in run.task.reward_components()]
+    run.log.json_artifact(trainer.diag_accumulator.summary(components), layout.DIAGNOSTICS_ARTIFACT)
+    run.log.json_artifact(trainer.completion_log(), layout.COMPLETIONS_ARTIFACT)
+
+
+def _complete(
+    run: _CellRun, before: EvalResult, after: EvalResult, wall_s: float, checkpoint: str
+) -> CellResult:
+    """The cell is complete: drop its training state, then send what the run kept and end it
+    FINISHED (:func:`_finish`): from here on nothing it computed may be lost."""
+    resume.finish_checkpoints(run.folder, run.save)  # the training state is not needed any more
+    result = CellResult(
+        run_id=run.run_id,
+        run_key=run.spec.run_key(),
+        status="FINISHED",
+        metrics_before=dict(before.metrics),
+        metrics_after=dict(after.metrics),
+        wall_s=wall_s,
+        primary_metric=run.task.primary_metric,
+        checkpoint_dir=checkpoint,
+    )
+    record = {"run_id": run.run_id, "tracking_uri": run.log.client.tracking_uri, "result": result}
+    _finish(run.log, run.folder, record)
+    return result
 
 
 def _outage_message(exc: TrackingUnavailable, run_id: str, folder: CellFolder, checkpoint: str) -> str:

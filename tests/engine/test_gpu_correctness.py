@@ -21,7 +21,7 @@ from test_distributed_cell import TASK as DISTRIBUTED_TASK
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.engine import rollout_adapter, runner
+from mrbench.engine import grpo_setup, rollout_adapter, runner
 from mrbench.engine.config import resolve_spec
 from mrbench.engine.devices import gpus_for_slot, pin_for_cell, visible_gpus
 from mrbench.engine.trainer import MultiRewardGRPOTrainer
@@ -80,7 +80,7 @@ def test_precision_setting_sets_trls_config(micro_model_dir: Path, tmp_path: Pat
         spec = resolve_spec("grpo", "tool-calling", str(micro_model_dir), 0, train={**SMALL, **train})
         task = build_task(spec.task, spec.task_params)
         try:
-            return runner._grpo_config(spec, task, str(tmp_path), progress=False)
+            return grpo_setup.grpo_config(spec, task, str(tmp_path), progress=False)
         finally:
             task.close()
 
@@ -274,7 +274,7 @@ def test_vllm_context_is_capped_from_the_task(micro_model_dir: Path, tmp_path: P
     spec = resolve_spec(
         "grpo", "tool-calling", str(micro_model_dir), 0, task_params={"n_train": 16}, train={"use_vllm": True}
     )
-    config = runner._grpo_config(spec, tools, str(tmp_path), progress=False, vllm_max_length=777)
+    config = grpo_setup.grpo_config(spec, tools, str(tmp_path), progress=False, vllm_max_length=777)
     assert config.vllm_max_model_length == 777
 
 

@@ -20,9 +20,10 @@ from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.engine.config import TrainSettings, resolve_spec
 from mrbench.engine.generation import require_vllm
+from mrbench.engine.grpo_setup import grpo_config
 from mrbench.engine.models import mixed_precision
 from mrbench.engine.rollout_adapter import policy_sampler
-from mrbench.engine.runner import _grpo_config, run_cell
+from mrbench.engine.runner import run_cell
 from mrbench.tasks import build_task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +58,7 @@ def _config(tmp_path: Path, **train: Any) -> Any:
     spec = resolve_spec("grpo", "tool-calling", "tiny", 0, task_params=TASK_PARAMS, train=train)
     task = build_task(spec.task, spec.task_params)
     try:
-        return _grpo_config(spec, task, str(tmp_path), progress=False)
+        return grpo_config(spec, task, str(tmp_path), progress=False)
     finally:
         task.close()
 
