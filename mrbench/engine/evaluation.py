@@ -64,7 +64,8 @@ from mrbench.core import layout
 from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.core.provenance import git_sha
-from mrbench.engine.tracking import RunLog, end_run_quietly
+from mrbench.engine.run_guard import ends_run_on_error
+from mrbench.engine.tracking import RunLog
 from mrbench.store.client import RetryingClient, check_tracking_reachable, ensure_experiment
 
 RUN_PREFIX = "run:"
@@ -346,64 +347,35 @@ def run_eval(
     run ends FINISHED once its metrics and the ``eval/samples.jsonl`` artifact are logged, KILLED
     on Ctrl-C, FAILED on any other error (its ``error`` tag says which).
     """
-    from transformers import set_seed
-
-    from mrbench.engine.models import model_task_settings, prepare_model
+    from mrbench.engine.models import model_task_settings
     from mrbench.tasks import build_task
 
     started = time.perf_counter()
-    if isinstance(spec.limit, bool) or spec.limit < 0:
-        raise UserError(f"--limit must be >= 0 (0 = every eval sample), got {spec.limit!r}")
-    task_settings(spec)  # a bad task, setting or dataset fails before the store is touched
-    check_tracking_reachable(tracking_uri)
-    client = RetryingClient(tracking_uri, tracking_retry_s)
-    source = resolve_model(spec.model, client)
+    client, source = _check_before_any_run(spec, tracking_uri, tracking_retry_s)
     task_name, settings, dataset = task_settings(spec, model_task_settings(source.path))
     task = build_task(task_name, settings)
     try:
         check_eval_data(task, dataset)
-        t0 = time.perf_counter()
-        path = prepare_model(source.path)
-        seed = spec.seed if spec.seed is not None else settings.get(SEED_SETTING, 0)
-        set_seed(seed if isinstance(seed, int) else 0)
-        model, tokenizer = load_policy(path)
-        prepare_s = time.perf_counter() - t0
+        loaded = _load_evaluated_model(spec, source, settings)
         run_id = _start_run(client, experiment, task_name, task, source, dataset)
         n_sampled = int(settings.get(SAMPLES_SETTING, 1))
         params = layout.eval_params(
             task=task_name,
             task_params=settings,
             model=spec.model,
-            model_path=path,
-            seed=seed,
+            model_path=loaded.path,
+            seed=loaded.seed,
             dataset=dataset,
             limit=spec.limit,
             samples=n_sampled,
         )
         with tempfile.TemporaryDirectory(prefix="mrbench-eval-") as spool:
             run_log = RunLog(client, run_id, Path(spool))
-            try:
+            with ends_run_on_error(client, run_id):
                 run_log.params(params)
-                t0 = time.perf_counter()
-                result = evaluate_model(task, model, tokenizer, spec.limit)
-                eval_s = time.perf_counter() - t0
-                metrics = with_pass_at_k(result.metrics, result.samples, n_sampled)
+                result, metrics, eval_s = _evaluate(task, loaded, spec.limit, n_sampled)
                 wall_s = time.perf_counter() - started
-                perf = {
-                    layout.PERF_WALL_S: wall_s,
-                    layout.PERF_EVAL_S: eval_s,
-                    layout.PERF_MODEL_PREPARE_S: prepare_s,
-                }
-                run_log.metrics({layout.eval_metric(k): v for k, v in metrics.items()} | perf, 0)
-                run_log.json_artifact(result.samples, layout.EVAL_SAMPLES)
-                run_log.flush()  # past the retry bound: TrackingUnavailable, a one-line error
-                client.set_terminated(run_id, "FINISHED")
-            except KeyboardInterrupt:
-                end_run_quietly(client, run_id, "KILLED")
-                raise
-            except BaseException as exc:
-                end_run_quietly(client, run_id, "FAILED", error=f"{type(exc).__name__}: {exc}")
-                raise
+                _log_and_finish(run_log, result, metrics, wall_s, eval_s, loaded.prepare_s)
     finally:
         task.close()
     return EvalReport(
@@ -417,6 +389,73 @@ def run_eval(
         primary_metric=task.primary_metric,
         eval_of=source.eval_of,
     )
+
+
+@dataclass(frozen=True)
+class _LoadedModel:
+    """The model :func:`run_eval` evaluates: its prepared ``path``, ``model`` and ``tokenizer``, the
+    ``seed`` set before loading it, and the seconds preparing and loading took."""
+
+    path: str
+    model: Any
+    tokenizer: Any
+    seed: Any
+    prepare_s: float
+
+
+def _check_before_any_run(
+    spec: EvalSpec, tracking_uri: str, tracking_retry_s: float | None
+) -> tuple[RetryingClient, ModelSource]:
+    """The store's client and the model's source, once what needs no model is checked (the limit,
+    the task and its settings, the store, the model's name): :class:`UserError` before any run exists."""
+    if isinstance(spec.limit, bool) or spec.limit < 0:
+        raise UserError(f"--limit must be >= 0 (0 = every eval sample), got {spec.limit!r}")
+    task_settings(spec)  # a bad task, setting or dataset fails before the store is touched
+    check_tracking_reachable(tracking_uri)
+    client = RetryingClient(tracking_uri, tracking_retry_s)
+    return client, resolve_model(spec.model, client)
+
+
+def _load_evaluated_model(spec: EvalSpec, source: ModelSource, settings: Mapping[str, Any]) -> _LoadedModel:
+    """Prepare ``source`` (:func:`~mrbench.engine.models.prepare_model`), seed every generator with
+    ``spec.seed`` (else the task's ``seed`` setting, else 0) and load the model."""
+    from transformers import set_seed
+
+    from mrbench.engine.models import prepare_model
+
+    t0 = time.perf_counter()
+    path = prepare_model(source.path)
+    seed = spec.seed if spec.seed is not None else settings.get(SEED_SETTING, 0)
+    set_seed(seed if isinstance(seed, int) else 0)
+    model, tokenizer = load_policy(path)
+    return _LoadedModel(path, model, tokenizer, seed, time.perf_counter() - t0)
+
+
+def _evaluate(
+    task: Task, loaded: _LoadedModel, limit: int, n_sampled: int
+) -> tuple[EvalResult, dict[str, float], float]:
+    """:func:`evaluate_model` of the loaded model, its metrics with pass@``n_sampled``
+    (:func:`with_pass_at_k`), and the seconds the evaluation took."""
+    t0 = time.perf_counter()
+    result = evaluate_model(task, loaded.model, loaded.tokenizer, limit)
+    eval_s = time.perf_counter() - t0
+    return result, with_pass_at_k(result.metrics, result.samples, n_sampled), eval_s
+
+
+def _log_and_finish(
+    run_log: RunLog,
+    result: EvalResult,
+    metrics: Mapping[str, float],
+    wall_s: float,
+    eval_s: float,
+    prepare_s: float,
+) -> None:
+    """Log ``eval/<m>`` and the ``perf/...`` timings at step 0 and the samples, then end the run FINISHED."""
+    perf = {layout.PERF_WALL_S: wall_s, layout.PERF_EVAL_S: eval_s, layout.PERF_MODEL_PREPARE_S: prepare_s}
+    run_log.metrics({layout.eval_metric(k): v for k, v in metrics.items()} | perf, 0)
+    run_log.json_artifact(result.samples, layout.EVAL_SAMPLES)
+    run_log.flush()  # past the retry bound: TrackingUnavailable, a one-line error
+    run_log.client.set_terminated(run_log.run_id, "FINISHED")
 
 
 def _start_run(
