@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 DEFAULT_RETRY_S = 300.0
 """How long a call to the store is retried by default: a server restart, with a wide margin."""
 RETRY_ENV = "MRBENCH_TRACKING_RETRY_S"
-"""Environment variable for the retry bound (how sweep workers get one; ``mrbench run --tracking-retry-s``
-passes its own)."""
+"""Environment variable with the default retry bound, used where no setting gives one (``mrbench run
+--tracking-retry-s``, a sweep's ``tracking_retry_s``, which travels to its cells with their specs)."""
 # Waits 1, 2, 4, 5, 5, ... s: a store that is back is used within 5 s; one request per 5 s costs it nothing.
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S = 1.0, 5.0
 

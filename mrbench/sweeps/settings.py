@@ -289,7 +289,9 @@ SETTINGS: tuple[Setting, ...] = (
         _preset,
         default="`smoke`",
         meaning="the preset to start from; the other settings override it",
-        option=Option("--preset", "smoke (default), cpu (tiny ladder × 3 seeds) or paper (GPUs)."),
+        option=Option(
+            "--preset", "smoke (default), cpu (tiny ladder × 3 seeds), smol (SmolLM2-135M) or paper (GPUs)."
+        ),
         into=None,
     ),
     Setting(

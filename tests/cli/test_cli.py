@@ -114,7 +114,10 @@ def test_advantages_rewards_file(tmp_path):
         (["run", "--task", "tool-caling"], "tool-caling"),
         (["run", "--model", "tiny-xxl"], "tiny-xxl"),
         (["run", "--train", "stepz=3"], "stepz"),
-        (["run", "--task", "agent-security", "--task-param", "n_eval=-1"], "parameter 'n_eval' of 'agent-security': must be >= 0"),
+        (
+            ["run", "--task", "agent-security", "--task-param", "n_eval=-1"],
+            "parameter 'n_eval' of 'agent-security': must be >= 0",
+        ),
         (["run", "--task", "agent-security", "--task-param", "attacks=jailbreak"], "jailbreak"),
     ],
 )
