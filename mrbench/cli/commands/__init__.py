@@ -1,5 +1,6 @@
-"""CLI commands, one module each; every module exposes ``register(app)``.
+"""CLI commands, one module each: the command is a module-level function (``run_cmd``,
+``sweep_command``, …) that reads as its phases, and ``register(app)`` adds it to the app.
 
-Modules import heavy libraries (torch, TRL, MLflow) inside the command functions, so that
-``mrbench --help`` and ``mrbench methods`` stay fast.
+Heavy libraries (torch, TRL, MLflow) are imported inside the phase functions that use them, so
+that ``mrbench --help`` and ``mrbench methods`` stay fast.
 """
