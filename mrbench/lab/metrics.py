@@ -1,12 +1,23 @@
 """What the lab measures: per-step advantage diagnostics, per-seed scores, statistics over seeds.
 
-Per step (vectorised over the ``B = S·P`` groups of a batch):
+Per step (:func:`step_diagnostics`, vectorised over the ``B = S·P`` groups of a batch), with the
+trainer's own implementations (:mod:`mrbench.methods.diagnostics`), so a lab figure and a
+training run's ``adv/...`` metric mean the same thing:
 
-- :func:`opposite_sign_groups` — groups where some rollout's advantage has the opposite sign of
-  GRPO's for the same rewards;
-- :func:`resolution` — distinct advantage values over distinct reward vectors, per group: 1 when
-  every distinct reward combination gets its own advantage, lower when the method maps distinct
-  combinations to one value (GRPO does for equal weighted totals: GDPO's argument).
+- ``sign_disagree`` — groups where some rollout's advantage has the opposite sign of GRPO's for
+  the same rewards (:func:`~mrbench.methods.diagnostics.opposite_signs`, with rounding-level
+  values taken as directionless). The trainer pools the same per-rollout comparison over
+  rollouts (``sign_flip_vs_grpo``, ``sign_agree``): "how many rollouts are pushed the other
+  way". The lab asks "how often does a group's update push some rollout the other way", a
+  different statistic of the one comparison, so its aggregation stays here. Its zero rule
+  differs too: the lab's float64 advantages of a rollout at its group's mean come out as
+  ±1e-17, which the trainer's exact-zero rule would count as a direction (the trainer keeps
+  that rule so that its logged metrics do not change);
+- ``resolution`` — distinct advantage values over distinct reward vectors, per group
+  (:func:`~mrbench.methods.diagnostics.resolution`): 1 when every distinct reward combination
+  gets its own advantage, lower when the method maps distinct combinations to one value (GRPO
+  does for equal weighted totals: GDPO's argument);
+- ``max_abs_adv`` — the largest |A| of the step.
 
 Per seed (:func:`seed_scores`, names used by the summary, MLflow and the tests): ``final/<c>``
 (component c's expected reward at the end, normalised so that 0 = the worst and 1 = the best
@@ -21,7 +32,6 @@ of improvement over a reference method with its CI, from :mod:`mrbench.reporting
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from mrbench.methods.diagnostics import kept_rollouts, opposite_signs, resolution
 from mrbench.reporting.stats import (
     DEFAULT_REPS,
     Interval,
@@ -39,66 +50,46 @@ from mrbench.reporting.stats import (
 
 SIGN_RTOL = 1e-9
 """|A| below this fraction of the group's largest |A| counts as 0 (no sign): rounding, not signal."""
-VALUE_RTOL = 1e-6
-"""Advantages closer than this fraction of the group's largest |A| count as one value."""
 REACH = 0.9
 """The normalised objective that ``steps_to_90`` waits for."""
 
 
-def _signs(adv: Tensor) -> Tensor:
-    magnitude = adv.abs()
-    return torch.sign(adv) * (magnitude > SIGN_RTOL * magnitude.amax(dim=1, keepdim=True))
+def opposite_sign_groups(adv: Tensor, reference: Tensor, keep: Tensor) -> Tensor:
+    """``[B]`` bool: some kept rollout of the group has ``adv`` and ``reference`` ``[B, G]`` of
+    strictly opposite signs (values within :data:`SIGN_RTOL` of the group's largest |A| have no
+    sign). ``keep`` ``[B, G]`` bool (:func:`~mrbench.methods.diagnostics.kept_rollouts`)."""
+    return opposite_signs(adv, reference, keep, zero_rtol=SIGN_RTOL)[1].any(dim=1)
 
 
-def opposite_sign_groups(adv: Tensor, reference: Tensor) -> Tensor:
-    """``[B]`` bool: some rollout of the group has ``adv`` and ``reference`` ``[B, G]`` of
-    strictly opposite signs (values within rounding of 0 have no sign)."""
-    return (_signs(adv) * _signs(reference) < 0).any(dim=1)
+def per_seed_mean(values: Tensor, seeds: int) -> Tensor:
+    """``[S]`` mean over each seed's groups of ``values [B]`` (``B = S·P``, seed-major), leaving
+    NaN (undefined) groups out; NaN for a seed with no defined group."""
+    by_seed = values.reshape(seeds, -1)
+    defined = ~torch.isnan(by_seed)
+    counted = defined.sum(dim=1)
+    mean = torch.where(defined, by_seed, 0.0).sum(dim=1) / counted.clamp_min(1)
+    return mean.masked_fill(counted == 0, torch.nan)
 
 
-def distinct_counts(values: Tensor, atol: Tensor | float) -> Tensor:
-    """Number of distinct values per group among the non-NaN ones.
+def step_diagnostics(rewards: Tensor, adv: Tensor, reference: Tensor, seeds: int) -> dict[str, Tensor]:
+    """One step's diagnostics per seed (names in the module docstring).
 
-    ``values [B, G]`` (NaN = left out), ``atol`` a float or ``[B, 1]``: sorted values more than
-    ``atol`` apart start a new value (so values within ``atol`` of a neighbour chain together).
-    Returns ``[B]`` int64 (0 for a group of NaN only).
+    Args:
+        rewards: ``[B, G, K]`` the step's rewards (NaN = missing; an all-NaN row is unscorable).
+        adv: ``[B, G]`` the method's advantages; ``reference``: ``[B, G]`` GRPO's.
+        seeds: ``S``; the ``B = S·P`` groups are seed-major.
+
+    Returns:
+        ``sign_disagree`` (fraction of the seed's groups), ``resolution`` (mean over the seed's
+        groups where it is defined; NaN if none) and ``max_abs_adv``, each ``[S]`` float64.
     """
-    ordered = values.sort(dim=1).values  # NaN sorts last; comparisons with NaN are False
-    gaps = (ordered[:, 1:] - ordered[:, :-1]) > atol
-    return gaps.sum(dim=1) + (~torch.isnan(ordered[:, 0])).long()
-
-
-def _fingerprint(rewards: Tensor) -> Tensor:
-    """One number per reward vector ``[B, G, K] → [B, G]``: equal vectors give equal numbers and
-    distinct ones (almost surely) distinct numbers; a missing component is a value of its own;
-    an all-NaN (unscorable) row gives NaN.
-
-    A projection on fixed irrational-looking weights: two distinct vectors collide only if their
-    difference is orthogonal to the weights, which rewards on a grid of simple values never are.
-    """
-    k = rewards.shape[-1]
-    weights = torch.tensor(
-        [math.pi ** (-(i + 1) / 2) + math.e * i for i in range(2 * k)], dtype=rewards.dtype
-    )
-    missing = torch.isnan(rewards)
-    prints = rewards.nan_to_num(nan=0.0) @ weights[:k] + missing.to(rewards.dtype) @ weights[k:]
-    return prints.masked_fill(missing.all(dim=-1), torch.nan)
-
-
-def resolution(rewards: Tensor, adv: Tensor) -> tuple[Tensor, Tensor]:
-    """Distinct advantages over distinct reward vectors per group, and where it is defined.
-
-    ``rewards [B, G, K]`` (NaN = missing; all-NaN rows are unscorable and left out), ``adv
-    [B, G]``. Defined for groups with ≥ 2 distinct scorable reward vectors. Returns
-    ``(ratio [B], defined [B] bool)``; ``ratio`` is 0 where undefined.
-    """
-    prints = _fingerprint(rewards)
-    n_rewards = distinct_counts(prints, 0.0)
-    scorable_adv = adv.masked_fill(torch.isnan(prints), torch.nan)
-    atol = VALUE_RTOL * adv.abs().amax(dim=1, keepdim=True)
-    n_adv = distinct_counts(scorable_adv, atol)
-    defined = n_rewards >= 2
-    return torch.where(defined, n_adv / n_rewards.clamp_min(1), 0.0), defined
+    keep = kept_rollouts(rewards)
+    disagree = opposite_sign_groups(adv, reference, keep).reshape(seeds, -1).to(torch.float64)
+    return {
+        "sign_disagree": disagree.mean(dim=1),
+        "resolution": per_seed_mean(resolution(adv, rewards, keep), seeds),
+        "max_abs_adv": adv.abs().reshape(seeds, -1).amax(dim=1).to(torch.float64),
+    }
 
 
 # ------------------------------------------------------------------------------------ per seed

@@ -30,12 +30,14 @@ from torch import Tensor
 
 from mrbench.lab.estimators import Estimator, load_estimator
 from mrbench.lab.generator import ComponentSpec, Instance, NoiseStream, draw_instance, sample_rewards
-from mrbench.lab.metrics import opposite_sign_groups, resolution, seed_scores
+from mrbench.lab.metrics import seed_scores, step_diagnostics
 from mrbench.lab.policy import SoftmaxPolicy, sample_actions, update
 from mrbench.lab.scenarios import Scenario
 
 REFERENCE_METHOD = "grpo"
 """Sign disagreement is measured against this method's advantages for the same rewards."""
+DIAGNOSTICS = ("sign_disagree", "resolution", "max_abs_adv")
+"""The per-step diagnostics recorded (:func:`mrbench.lab.metrics.step_diagnostics`)."""
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,7 @@ def train(
     stream = NoiseStream(scenario, instance.seeds)
     weights = spec.weight
     curves = torch.empty(t_steps + 1, s, scenario.k, dtype=torch.float64)
-    disagree = torch.empty(t_steps, s, dtype=torch.float64)
-    resolved = torch.empty(t_steps, s, dtype=torch.float64)
-    max_abs = torch.empty(t_steps, s, dtype=torch.float64)
+    per_step = {name: torch.empty(t_steps, s, dtype=torch.float64) for name in DIAGNOSTICS}
     probs = policy.probs()
     curves[0] = _expected_components(probs, instance, s)
     for t in range(t_steps):
@@ -127,31 +127,14 @@ def train(
         ref = adv if reference.name == estimator.name and reference.params == estimator.params else None
         if ref is None:
             ref = reference(rewards, weights, s).to(torch.float64)
-        disagree[t] = opposite_sign_groups(adv, ref).reshape(s, -1).to(torch.float64).mean(dim=1)
-        ratio, defined = resolution(rewards, adv)
-        counted = defined.reshape(s, -1).sum(dim=1)
-        resolved[t] = ratio.reshape(s, -1).sum(dim=1) / counted.clamp_min(1)
-        resolved[t].masked_fill_(counted == 0, torch.nan)
-        max_abs[t] = adv.abs().reshape(s, -1).amax(dim=1)
+        for name, values in step_diagnostics(rewards, adv, ref, s).items():
+            per_step[name][t] = values
         update(policy, actions, adv, probs, epochs=scenario.ppo_epochs, clip=scenario.ppo_clip)
         probs = policy.probs()
         curves[t + 1] = _expected_components(probs, instance, s)
     components = curves.transpose(0, 1).numpy()
-    diagnostics = {
-        "sign_disagree": disagree.numpy(),
-        "resolution": resolved.numpy(),
-        "max_abs_adv": max_abs.numpy(),
-    }
-    scores = seed_scores(
-        components,
-        weights.numpy(),
-        instance.best.numpy(),
-        instance.worst.numpy(),
-        instance.best_total.numpy(),
-        instance.worst_total.numpy(),
-        diagnostics,
-        scenario.components,
-    )
+    diagnostics = {name: values.numpy() for name, values in per_step.items()}
+    scores = _scores(scenario, instance, spec, components, diagnostics)
     return MethodRun(
         estimator.name,
         dict(estimator.params),
@@ -160,6 +143,27 @@ def train(
         scores,
         estimator.batch_coupled,
         time.perf_counter() - start,
+    )
+
+
+def _scores(
+    scenario: Scenario,
+    instance: Instance,
+    spec: ComponentSpec,
+    components: np.ndarray,
+    diagnostics: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Per-seed scores (:func:`mrbench.lab.metrics.seed_scores`) of ``components`` ``[S, T+1, K]``
+    and ``diagnostics`` (each ``[T, S]``) against the instance's best and worst responses."""
+    return seed_scores(
+        components,
+        spec.weight.numpy(),
+        instance.best.numpy(),
+        instance.worst.numpy(),
+        instance.best_total.numpy(),
+        instance.worst_total.numpy(),
+        diagnostics,
+        scenario.components,
     )
 
 

@@ -9,15 +9,16 @@ import pytest
 import torch
 
 from mrbench.lab.metrics import (
-    distinct_counts,
     first_reach,
     normalised,
     opposite_sign_groups,
-    resolution,
+    per_seed_mean,
     seed_scores,
+    step_diagnostics,
     summarise,
 )
 from mrbench.methods import compute_advantages
+from mrbench.methods.diagnostics import resolution
 
 NAN = math.nan
 
@@ -28,11 +29,8 @@ def test_grpo_collapses_equal_totals_and_gdpo_does_not():
     rewards = torch.tensor([[[1, 0], [0, 1], [0, 1], [0, 0], [0, 1], [0, 0]]], dtype=torch.float64)
     grpo = compute_advantages("grpo", rewards)
     gdpo = compute_advantages("gdpo-nobn", rewards)
-    ratio_grpo, defined = resolution(rewards, grpo)
-    ratio_gdpo, _ = resolution(rewards, gdpo)
-    assert bool(defined.item())
-    assert ratio_grpo.item() == pytest.approx(2 / 3)  # 3 distinct vectors, totals {0, 1}
-    assert ratio_gdpo.item() == 1.0
+    assert resolution(grpo, rewards).item() == pytest.approx(2 / 3)  # 3 distinct vectors, totals {0, 1}
+    assert resolution(gdpo, rewards).item() == 1.0
 
 
 def test_resolution_leaves_out_unscorable_rows_and_counts_missing_values():
@@ -44,21 +42,37 @@ def test_resolution_leaves_out_unscorable_rows_and_counts_missing_values():
         dtype=torch.float64,
     )
     adv = torch.tensor([[0.5, 0.5, 0.0, -1.0], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
-    ratio, defined = resolution(rewards, adv)
-    assert defined.tolist() == [True, False]
+    ratio = resolution(adv, rewards)
     assert ratio[0].item() == pytest.approx(2 / 3)
+    assert math.isnan(ratio[1].item())
 
 
-def test_distinct_counts_tolerance_and_nan():
-    values = torch.tensor([[1.0, 1.0 + 1e-12, 2.0, NAN], [NAN, NAN, NAN, NAN]], dtype=torch.float64)
-    assert distinct_counts(values, 1e-9).tolist() == [2, 0]
-    assert distinct_counts(values, 0.0).tolist() == [3, 0]
+def test_step_diagnostics_per_seed():
+    # Two seeds of two groups each; seed 1's groups both have one distinct reward vector.
+    rewards = torch.tensor(
+        [
+            [[1.0], [0.0], [0.0]],
+            [[1.0], [2.0], [3.0]],
+            [[1.0], [1.0], [1.0]],
+            [[NAN], [2.0], [2.0]],
+        ],
+        dtype=torch.float64,
+    )
+    adv = torch.tensor([[1.0, -0.5, -0.5], [-1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    ref = torch.tensor([[1.0, -0.5, -0.5], [1.0, 0.0, -1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    out = step_diagnostics(rewards, adv.double(), ref.double(), 2)
+    assert out["sign_disagree"].tolist() == [0.5, 0.0]
+    assert out["resolution"][0].item() == 1.0 and math.isnan(out["resolution"][1].item())
+    assert out["max_abs_adv"].tolist() == [1.0, 0.0]
+    assert per_seed_mean(torch.tensor([0.5, NAN, NAN, NAN], dtype=torch.float64), 2).tolist()[0] == 0.5
 
 
 def test_opposite_signs_ignore_rounding_zeros():
     ref = torch.tensor([[1.0, -1.0, 0.0], [1.0, -1.0, 0.0]], dtype=torch.float64)
     adv = torch.tensor([[2.0, -3.0, -1e-15], [2.0, 0.5, 0.0]], dtype=torch.float64)
-    assert opposite_sign_groups(adv, ref).tolist() == [False, True]
+    keep = torch.ones(2, 3, dtype=torch.bool)
+    assert opposite_sign_groups(adv, ref, keep).tolist() == [False, True]
+    assert opposite_sign_groups(adv, ref, keep & torch.tensor([True, False, True])).tolist() == [False, False]
 
 
 def test_seed_scores_normalise_and_time_to_reach():

@@ -13,7 +13,10 @@ from adv_inputs import PAPER_REWARDS, random_rewards
 from mrbench.methods import METHODS, compute_advantages
 from mrbench.methods.diagnostics import (
     RESOLUTION_RTOL,
+    diagnostics,
+    distinct_values,
     kept_rollouts,
+    opposite_signs,
     rank_correlation,
     resolution,
     reward_vector_counts,
@@ -139,6 +142,40 @@ def test_sign_agreement_matches_loop(seed: int) -> None:
     assert float(sign_agreement(a, b, keep)) == pytest.approx(expected, rel=1e-12)
     ga, gb = compute_advantages("grpo", r), compute_advantages("gdpo", r)
     assert float(sign_agreement(ga, gb, keep)) == pytest.approx(_loop_sign(ga, gb, _loop_kept(r)))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sign_agreement_and_sign_flip_are_one_comparison(seed: int) -> None:
+    # sign_agreement (shadows) and sign_flip_vs_grpo (diagnostics) aggregate opposite_signs alike.
+    r = random_rewards(seed, shape=(8, 6, 3), nan_frac=0.1, unscorable_frac=0.15)
+    keep = kept_rollouts(r)
+    grpo, gdpo = compute_advantages("grpo", r), compute_advantages("gdpo", r)
+    both, opposite = opposite_signs(gdpo, grpo, keep)
+    assert not bool((opposite & ~both).any()) and not bool((both & ~keep).any())
+    flip = diagnostics(r, torch.ones(3), gdpo, grpo_advantages=grpo)["sign_flip_vs_grpo"]
+    assert flip == float(opposite.sum()) / int(both.sum())
+    assert float(sign_agreement(gdpo, grpo, keep)) == pytest.approx(1.0 - flip, abs=1e-15)
+
+
+def test_opposite_signs_zero_tolerance_is_relative_to_the_group() -> None:
+    a = torch.tensor([[1.0, -1e-12, 2.0], [1e-12, -1e-12, 0.0]])
+    b = torch.tensor([[1.0, 1.0, -1.0], [1.0, 1.0, 1.0]])
+    keep = torch.ones(2, 3, dtype=torch.bool)
+    assert opposite_signs(a, b, keep)[1].tolist() == [[False, True, True], [False, True, False]]
+    # 1e-12 is rounding next to 2.0, but the largest value of the second group.
+    assert opposite_signs(a, b, keep, zero_rtol=1e-9)[1].tolist() == [
+        [False, False, True],
+        [False, True, False],
+    ]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_distinct_values_are_value_ranks_ties(seed: int) -> None:
+    r = random_rewards(seed, shape=(8, 7, 2), unscorable_frac=0.2)
+    keep = kept_rollouts(r)
+    values = _tied_values(seed, (8, 7))
+    assert distinct_values(values, keep).tolist() == value_ranks(values, keep)[1].tolist()
+    assert distinct_values(torch.zeros(3, 0), torch.zeros(3, 0, dtype=torch.bool)).tolist() == [0, 0, 0]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
