@@ -9,7 +9,8 @@ artifact               class                written by → read by
 =====================  ===================  ==================================================
 ``sweep.json``         :class:`SweepRecord`  the sweep's parent run → the report
 ``diagnostics.json``   :class:`Diagnostics`  every cell → the report (correlations, shares,
-                                             shadow estimators)
+                                             shadow estimators); run means of the per-step
+                                             :class:`BatchDiagnostics` and :class:`ShadowComparison`
 ``lab.json``           :class:`LabRecord`    a lab parent run → the report's lab section
 =====================  ===================  ==================================================
 
@@ -181,28 +182,127 @@ class SweepRecord:
 
 
 @dataclass(frozen=True)
-class ShadowMeans:
-    """One shadow estimator's run means (:data:`mrbench.core.layout.SHADOW_STATS`; None where a
-    statistic was never defined) and the number of steps it ran."""
+class ShadowStats:
+    """How a shadow estimator judged a batch, against the method in use
+    (:data:`mrbench.core.layout.SHADOW_STATS`; None where a statistic is undefined)."""
 
     sign_agree: float | None
     rank_corr: float | None
     resolution: float | None
-    steps: int = 0
 
     def stats(self) -> list[float]:
         """``[sign_agree, rank_corr, resolution]`` in :data:`~mrbench.core.layout.SHADOW_STATS`
         order, NaN where undefined."""
         return [as_nan(getattr(self, stat)) for stat in layout.SHADOW_STATS]
 
+    def metrics(self, method: str) -> dict[str, float]:
+        """The defined statistics as per-step metrics (``adv/shadow/<method>/<stat>``)."""
+        values = {stat: getattr(self, stat) for stat in layout.SHADOW_STATS}
+        return {layout.shadow_metric(method, stat): v for stat, v in values.items() if v is not None}
+
     def to_json(self) -> dict[str, Any]:
-        return {**{stat: getattr(self, stat) for stat in layout.SHADOW_STATS}, "steps": self.steps}
+        return {stat: getattr(self, stat) for stat in layout.SHADOW_STATS}
+
+
+@dataclass(frozen=True)
+class ShadowMeans(ShadowStats):
+    """A shadow estimator's :class:`ShadowStats` as run means, and the number of steps it ran."""
+
+    steps: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "steps": self.steps}
 
     @classmethod
     def from_json(cls, data: Any, what: str) -> ShadowMeans:
         values = _mapping(data or {}, what)
         numbers = {stat: _number(values.get(stat)) for stat in layout.SHADOW_STATS}
         return cls(**numbers, steps=int(values.get("steps") or 0))
+
+
+@dataclass(frozen=True)
+class BatchDiagnostics:
+    """One batch's advantage diagnostics (:func:`mrbench.methods.diagnostics.diagnostics`).
+
+    Attributes:
+        mean_offdiag_corr: mean over groups of the mean defined off-diagonal correlation of the
+            weighted components (None if no group has one).
+        corr_matrix: ``[K][K]`` mean per-group correlation, None where never defined.
+        share: ``[K]`` share of the advantage's ordering each component drives (all None when
+            no group is left).
+        frac_zero_var_groups: fraction of groups whose weighted total has zero variance.
+        denominator_mean, denominator_median: the effective normalisation scale
+            ``std_g(R) / std_g(A)`` over groups where both are > 0 (None if none).
+        sign_flip_vs_grpo: fraction of rollouts whose advantage sign differs from GRPO's.
+        abs_mean, std, max_abs: of the advantages over scorable rollouts.
+    """
+
+    mean_offdiag_corr: float | None
+    corr_matrix: list[list[float | None]]
+    share: list[float | None]
+    frac_zero_var_groups: float
+    denominator_mean: float | None
+    denominator_median: float | None
+    sign_flip_vs_grpo: float
+    abs_mean: float
+    std: float
+    max_abs: float
+
+    # The scalars logged per step as ``adv/<name>`` (the median is in the JSON only).
+    _STEP_SCALARS = (
+        "mean_offdiag_corr",
+        "frac_zero_var_groups",
+        "denominator_mean",
+        "sign_flip_vs_grpo",
+        "abs_mean",
+        "std",
+        "max_abs",
+    )
+
+    def metrics(self, components: list[str] | tuple[str, ...]) -> dict[str, float]:
+        """The per-step metrics (``adv/<scalar>``, ``adv/share/<component>``) of the defined values."""
+        out = {layout.adv_metric(name): getattr(self, name) for name in self._STEP_SCALARS}
+        out.update({layout.adv_share(c): v for c, v in zip(components, self.share, strict=False)})
+        return {key: float(v) for key, v in out.items() if v is not None}
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON of ``mrbench advantages --json`` (magnitudes as ``adv_abs_mean``, …)."""
+        return {
+            "mean_offdiag_corr": self.mean_offdiag_corr,
+            "corr_matrix": self.corr_matrix,
+            "share": self.share,
+            "frac_zero_var_groups": self.frac_zero_var_groups,
+            "denominator_mean": self.denominator_mean,
+            "denominator_median": self.denominator_median,
+            "sign_flip_vs_grpo": self.sign_flip_vs_grpo,
+            "adv_abs_mean": self.abs_mean,
+            "adv_std": self.std,
+            "adv_max_abs": self.max_abs,
+        }
+
+
+@dataclass(frozen=True)
+class ShadowComparison:
+    """The method in use against its shadow estimators on one batch
+    (:func:`mrbench.methods.diagnostics.shadow_diagnostics`).
+
+    Attributes:
+        resolution: the method in use's resolution (None where undefined for the batch).
+        shadow: shadow method → its :class:`ShadowStats`.
+    """
+
+    resolution: float | None
+    shadow: dict[str, ShadowStats]
+
+    def metrics(self) -> dict[str, float]:
+        """The per-step metrics: ``adv/resolution`` and ``adv/shadow/<method>/<stat>``, where defined."""
+        out = {} if self.resolution is None else {layout.ADV_RESOLUTION: float(self.resolution)}
+        for name, stats in self.shadow.items():
+            out.update(stats.metrics(name))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"resolution": self.resolution, "shadow": {n: s.to_json() for n, s in self.shadow.items()}}
 
 
 @dataclass(frozen=True)

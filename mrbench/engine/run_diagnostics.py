@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from mrbench.core import layout
-from mrbench.core.records import Diagnostics, ShadowMeans
+from mrbench.core.records import BatchDiagnostics, Diagnostics, ShadowComparison, ShadowMeans
 
 
 class _Mean:
@@ -45,9 +45,9 @@ class DiagnosticsAccumulator:
         self._shadow: dict[str, dict[str, _Mean]] = {}
         self._shadow_steps: dict[str, int] = {}
 
-    def add(self, diag: dict[str, Any]) -> None:
-        corr = diag.get("corr_matrix") or []
-        k = len(corr)
+    def add(self, diag: BatchDiagnostics, compared: ShadowComparison) -> None:
+        """Add one training batch's diagnostics and shadow comparison (None values are skipped)."""
+        k = len(diag.corr_matrix)
         if self._corr_sum is None:
             self._corr_sum = [[0.0] * k for _ in range(k)]
             self._corr_count = [[0] * k for _ in range(k)]
@@ -56,18 +56,18 @@ class DiagnosticsAccumulator:
         assert self._corr_count is not None and self._share_sum is not None and self._share_count is not None
         for i in range(k):
             for j in range(k):
-                if corr[i][j] is not None:
-                    self._corr_sum[i][j] += corr[i][j]
+                if diag.corr_matrix[i][j] is not None:
+                    self._corr_sum[i][j] += diag.corr_matrix[i][j]
                     self._corr_count[i][j] += 1
-        for i, value in enumerate(diag.get("share") or []):
+        for i, value in enumerate(diag.share):
             if value is not None:
                 self._share_sum[i] += value
                 self._share_count[i] += 1
-        self._resolution.add(diag.get("resolution"))
-        for name, stats in (diag.get("shadow") or {}).items():
+        self._resolution.add(compared.resolution)
+        for name, stats in compared.shadow.items():
             means = self._shadow.setdefault(name, {stat: _Mean() for stat in layout.SHADOW_STATS})
             for stat in layout.SHADOW_STATS:
-                means[stat].add(stats.get(stat))
+                means[stat].add(getattr(stats, stat))
             self._shadow_steps[name] = self._shadow_steps.get(name, 0) + 1
         self.steps += 1
 

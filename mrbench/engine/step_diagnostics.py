@@ -23,24 +23,13 @@ from typing import Any
 
 import torch
 
-from mrbench.core import layout
+from mrbench.core.records import ShadowComparison
 from mrbench.engine.advantage_hook import ScoredBatch
 from mrbench.engine.run_diagnostics import DiagnosticsAccumulator
 from mrbench.methods import METHODS
 from mrbench.methods.diagnostics import diagnostics, shadow_diagnostics
 
 log = logging.getLogger(__name__)
-
-# The scalar diagnostics logged per step, as ``adv/<name without "adv_">``.
-_SCALARS = (
-    "mean_offdiag_corr",
-    "frac_zero_var_groups",
-    "denominator_mean",
-    "sign_flip_vs_grpo",
-    "adv_abs_mean",
-    "adv_std",
-    "adv_max_abs",
-)
 
 
 def resolve_shadows(
@@ -95,26 +84,15 @@ class StepDiagnostics:
         rewards, weights, adv = batch.rewards, batch.weights, batch.advantages
         shadows, compared = self._shadow_step(rewards, weights, adv)
         # The grpo shadow (default eps) is what diagnostics() would compute for its sign flips.
-        diag = {**diagnostics(rewards, weights, adv, grpo_advantages=shadows.get("grpo")), **compared}
-        for key in _SCALARS:
-            value = diag.get(key)
-            if value is not None:
-                metrics[layout.adv_metric(key.removeprefix("adv_"))].append(float(value))
-        for name, share in zip(component_names, diag.get("share") or [], strict=False):
-            if share is not None:  # undefined when no group has any spread in the advantages
-                metrics[layout.adv_share(name)].append(float(share))
-        if compared["resolution"] is not None:  # undefined when no group has two distinct reward vectors
-            metrics[layout.ADV_RESOLUTION].append(compared["resolution"])
-        for name, stats in compared["shadow"].items():
-            for stat, value in stats.items():
-                if value is not None:
-                    metrics[layout.shadow_metric(name, stat)].append(value)
+        diag = diagnostics(rewards, weights, adv, grpo_advantages=shadows.get("grpo"))
+        for key, value in {**diag.metrics(list(component_names)), **compared.metrics()}.items():
+            metrics[key].append(value)
         if mode == "train":
-            self.accumulator.add(diag)
+            self.accumulator.add(diag, compared)
 
     def _shadow_step(
         self, rewards: torch.Tensor, weights: torch.Tensor, adv: torch.Tensor
-    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    ) -> tuple[dict[str, torch.Tensor], ShadowComparison]:
         """Run the shadow methods on ``rewards`` ``[P, G, K]`` and compare them with ``adv`` ``[P, G]``.
 
         Returns the shadows' advantages (name → ``[P, G]``; a shadow that raised or returned

@@ -14,11 +14,11 @@ measures advantage resolution and opposite signs with the same functions
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor
 
+from mrbench.core.records import BatchDiagnostics, ShadowComparison, ShadowStats
 from mrbench.methods._stats import center, prepare, reciprocal, std_from_centered
 
 
@@ -33,8 +33,8 @@ def diagnostics(
     advantages: Tensor,
     *,
     grpo_advantages: Tensor | None = None,
-) -> dict[str, Any]:
-    """Summary statistics of one batch, as JSON-serialisable Python values.
+) -> BatchDiagnostics:
+    """Summary statistics of one batch (:class:`~mrbench.core.records.BatchDiagnostics`).
 
     All statistics use the rollouts that enter the estimators' statistics: scorable rollouts of
     groups with ≥ 2 scorable rollouts, missing components counted as 0 (see ``mrbench.methods._stats``).
@@ -48,7 +48,7 @@ def diagnostics(
         grpo_advantages: ``[P, G]`` GRPO's advantages for the same batch (computed with
             ``grpo``'s defaults when omitted).
 
-    Returns:
+    Returns (the record's fields):
         ``mean_offdiag_corr``: mean over groups of the mean defined off-diagonal correlation
         (None if no group has one).
         ``corr_matrix``: ``K × K`` mean per-group correlation, None where never defined.
@@ -62,7 +62,7 @@ def diagnostics(
         ``std_g(R) / std_g(A)`` over groups where both are > 0 (method-agnostic; None if none).
         ``sign_flip_vs_grpo``: among scorable rollouts where both advantages are nonzero, the
         fraction whose sign differs from GRPO's (0.0 if there are none).
-        ``adv_abs_mean``, ``adv_std`` (n − 1), ``adv_max_abs``: over scorable rollouts.
+        ``abs_mean``, ``std`` (n − 1), ``max_abs``: of the advantages over scorable rollouts.
     """
     prep = prepare(rewards, weights)
     keepf = prep.keepf  # [P, G] 1.0 for rollouts that enter the statistics
@@ -77,16 +77,16 @@ def diagnostics(
         from mrbench.methods.grpo import grpo
 
         grpo_advantages = grpo(rewards, weights)
-    return {
-        "mean_offdiag_corr": _float_or_none(mean_offdiag),
-        "corr_matrix": corr_matrix,
-        "share": share,
-        "frac_zero_var_groups": frac_zero,
-        "denominator_mean": denominator_mean,
-        "denominator_median": denominator_median,
-        "sign_flip_vs_grpo": _sign_flip(advantages, grpo_advantages, prep.keep),
-        **_magnitudes(rewards, advantages),
-    }
+    return BatchDiagnostics(
+        _float_or_none(mean_offdiag),
+        corr_matrix,
+        share,
+        frac_zero,
+        denominator_mean,
+        denominator_median,
+        _sign_flip(advantages, grpo_advantages, prep.keep),
+        *_magnitudes(rewards, advantages),
+    )
 
 
 def _standardised(components: Tensor, keepf: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -192,17 +192,16 @@ def _sign_flip(advantages: Tensor, grpo_advantages: Tensor, keep: Tensor) -> flo
     return float(opposite.sum()) / n_both if n_both else 0.0
 
 
-def _magnitudes(rewards: Tensor, advantages: Tensor) -> dict[str, float]:
-    """``adv_abs_mean``, ``adv_std`` (n − 1) and ``adv_max_abs`` of ``advantages [P, G]`` over the
-    scorable rollouts of ``rewards [P, G, K]``."""
+def _magnitudes(rewards: Tensor, advantages: Tensor) -> tuple[float, float, float]:
+    """Mean |A|, std (n − 1) and max |A| of ``advantages [P, G]`` over the scorable rollouts of
+    ``rewards [P, G, K]`` (0.0 where there are too few)."""
     scorable = torch.isfinite(rewards).any(dim=-1)
     a_sc = torch.nan_to_num(advantages.to(torch.float64))[scorable]
     n_sc = a_sc.numel()
-    return {
-        "adv_abs_mean": float(a_sc.abs().mean()) if n_sc else 0.0,
-        "adv_std": float(a_sc.std()) if n_sc > 1 else 0.0,
-        "adv_max_abs": float(a_sc.abs().max()) if n_sc else 0.0,
-    }
+    abs_mean = float(a_sc.abs().mean()) if n_sc else 0.0
+    std = float(a_sc.std()) if n_sc > 1 else 0.0
+    max_abs = float(a_sc.abs().max()) if n_sc else 0.0
+    return abs_mean, std, max_abs
 
 
 # ----------------------------------------------------------------------------- shadow estimators
@@ -503,8 +502,8 @@ def shadow_diagnostics(
     shadows: dict[str, Tensor],
     *,
     rtol: float = RESOLUTION_RTOL,
-) -> dict[str, Any]:
-    """Compare the method in use with shadow methods on one batch, as JSON-ready values.
+) -> ShadowComparison:
+    """Compare the method in use with shadow methods on one batch.
 
     Args:
         rewards: ``[P, G, K]`` rewards; NaN/±inf = unscorable.
@@ -513,25 +512,26 @@ def shadow_diagnostics(
         rtol: tie tolerance of :func:`value_ranks`.
 
     Returns:
-        ``{"resolution": <in use>, "shadow": {name: {"sign_agree", "rank_corr", "resolution"}}}``:
-        ``sign_agree`` is :func:`sign_agreement` (pooled over rollouts), ``rank_corr`` the mean
-        over groups of :func:`rank_correlation` where defined, ``resolution`` the mean over groups
-        of :func:`resolution` where defined; None where undefined for the whole batch.
+        :class:`~mrbench.core.records.ShadowComparison`: the method in use's resolution, and per
+        shadow its :class:`~mrbench.core.records.ShadowStats`: ``sign_agree`` is
+        :func:`sign_agreement` (pooled over rollouts), ``rank_corr`` the mean over groups of
+        :func:`rank_correlation` where defined, ``resolution`` the mean over groups of
+        :func:`resolution` where defined; None where undefined for the whole batch.
 
     >>> r = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 0.0]]])
     >>> d = shadow_diagnostics(r, r.sum(-1), {"per-component": r[..., 0] + 2 * r[..., 1]})
-    >>> round(d["resolution"], 4), d["shadow"]["per-component"]["resolution"]
+    >>> round(d.resolution, 4), d.shadow["per-component"].resolution
     (0.6667, 1.0)
     """
     keep = kept_rollouts(rewards)
     vectors = reward_vector_counts(rewards, keep)
     ranks, distinct = value_ranks(advantages, keep, rtol=rtol)
-    compared: dict[str, dict[str, float | None]] = {}
+    compared: dict[str, ShadowStats] = {}
     for name, other in shadows.items():
         other_ranks, other_distinct = value_ranks(other, keep, rtol=rtol)
-        compared[name] = {
-            "sign_agree": _float_or_none(sign_agreement(advantages, other, keep)),
-            "rank_corr": _nanmean(_spearman(ranks, distinct, other_ranks, other_distinct, keep)),
-            "resolution": _nanmean(_resolution(other_distinct, vectors)),
-        }
-    return {"resolution": _nanmean(_resolution(distinct, vectors)), "shadow": compared}
+        compared[name] = ShadowStats(
+            sign_agree=_float_or_none(sign_agreement(advantages, other, keep)),
+            rank_corr=_nanmean(_spearman(ranks, distinct, other_ranks, other_distinct, keep)),
+            resolution=_nanmean(_resolution(other_distinct, vectors)),
+        )
+    return ShadowComparison(_nanmean(_resolution(distinct, vectors)), compared)

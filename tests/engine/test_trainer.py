@@ -12,6 +12,7 @@ from trl import GRPOConfig, GRPOTrainer
 import mrbench.methods as methods
 from mrbench.core import layout
 from mrbench.core.errors import UnknownNameError
+from mrbench.core.records import BatchDiagnostics, ShadowComparison, ShadowStats
 from mrbench.core.rollout import RolloutBatch, RolloutContext
 from mrbench.engine.models import load_model, load_tokenizer
 from mrbench.engine.rollout_adapter import trl_rollout_output
@@ -205,24 +206,20 @@ def test_other_method_replaces_advantages_and_logs(micro_model_dir, tmp_path):
     assert summary["steps"] == 2 and len(summary["corr_matrix"]) == 2
 
 
+def _batch(corr: list, share: list) -> BatchDiagnostics:
+    return BatchDiagnostics(None, corr, share, 0.0, None, None, 0.0, 0.0, 0.0, 0.0)
+
+
 def test_diagnostics_accumulator_skips_undefined_values():
     acc = DiagnosticsAccumulator()
-    undefined = {"sign_agree": None, "rank_corr": None, "resolution": None}
+    undefined = ShadowStats(None, None, None)
     acc.add(
-        {
-            "corr_matrix": [[1.0, None], [None, 1.0]],
-            "share": [1.0, None],
-            "resolution": None,
-            "shadow": {"gdpo": {"sign_agree": 1.0, "rank_corr": None, "resolution": 0.5}, "x": undefined},
-        }
+        _batch([[1.0, None], [None, 1.0]], [1.0, None]),
+        ShadowComparison(None, {"gdpo": ShadowStats(1.0, None, 0.5), "x": undefined}),
     )
     acc.add(
-        {
-            "corr_matrix": [[1.0, 0.5], [0.5, 1.0]],
-            "share": [0.5, 0.5],
-            "resolution": 0.5,
-            "shadow": {"gdpo": {"sign_agree": 0.5, "rank_corr": 0.25, "resolution": 1.0}},
-        }
+        _batch([[1.0, 0.5], [0.5, 1.0]], [0.5, 0.5]),
+        ShadowComparison(0.5, {"gdpo": ShadowStats(0.5, 0.25, 1.0)}),
     )
     summary = acc.summary(["a", "b"])
     assert summary["corr_matrix"] == [[1.0, 0.5], [0.5, 1.0]]
@@ -230,7 +227,7 @@ def test_diagnostics_accumulator_skips_undefined_values():
     assert summary["resolution"] == 0.5
     assert summary["shadow"] == {
         "gdpo": {"sign_agree": 0.75, "rank_corr": 0.25, "resolution": 0.75, "steps": 2},
-        "x": {**undefined, "steps": 1},
+        "x": {**undefined.to_json(), "steps": 1},
     }
     empty = DiagnosticsAccumulator().summary(["a"])
     assert empty["steps"] == 0 and empty["resolution"] is None and empty["shadow"] == {}

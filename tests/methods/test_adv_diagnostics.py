@@ -27,7 +27,7 @@ KEYS = {
 
 def _diag(name: str, r: torch.Tensor, w: torch.Tensor | None = None) -> dict:
     w = torch.ones(r.shape[-1], dtype=r.dtype) if w is None else w
-    return diagnostics(r, w, compute_advantages(name, r, w))
+    return diagnostics(r, w, compute_advantages(name, r, w)).to_json()
 
 
 @pytest.mark.parametrize("name", METHODS.names())
@@ -102,4 +102,4 @@ def test_given_grpo_advantages_are_used() -> None:
     adv = compute_advantages("gdpo", r, w)
     assert diagnostics(r, w, adv) == diagnostics(r, w, adv, grpo_advantages=compute_advantages("grpo", r, w))
     # Against itself nothing flips.
-    assert diagnostics(r, w, adv, grpo_advantages=adv)["sign_flip_vs_grpo"] == 0.0
+    assert diagnostics(r, w, adv, grpo_advantages=adv).sign_flip_vs_grpo == 0.0

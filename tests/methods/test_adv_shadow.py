@@ -152,7 +152,7 @@ def test_sign_agreement_and_sign_flip_are_one_comparison(seed: int) -> None:
     grpo, gdpo = compute_advantages("grpo", r), compute_advantages("gdpo", r)
     both, opposite = opposite_signs(gdpo, grpo, keep)
     assert not bool((opposite & ~both).any()) and not bool((both & ~keep).any())
-    flip = diagnostics(r, torch.ones(3), gdpo, grpo_advantages=grpo)["sign_flip_vs_grpo"]
+    flip = diagnostics(r, torch.ones(3), gdpo, grpo_advantages=grpo).sign_flip_vs_grpo
     assert flip == float(opposite.sum()) / int(both.sum())
     assert float(sign_agreement(gdpo, grpo, keep)) == pytest.approx(1.0 - flip, abs=1e-15)
 
@@ -239,7 +239,7 @@ def test_shadow_diagnostics_batch_values_match_loop(seed: int) -> None:
     loop_keep = _loop_kept(r)
     adv = compute_advantages("grpo", r)
     shadows = {name: compute_advantages(name, r) for name in ("gdpo", "corrgrpo-guarded", "dr-grpo")}
-    d = shadow_diagnostics(r, adv, shadows)
+    d = shadow_diagnostics(r, adv, shadows).to_json()
     json.dumps(d, allow_nan=False)
     assert set(d) == {"resolution", "shadow"} and list(d["shadow"]) == list(shadows)
     for name, other in shadows.items():
@@ -275,7 +275,8 @@ def test_corrgrpo_shadows_grpo_exactly(seed: int) -> None:
     """Same centred numerator, one positive scale per group: same signs, order and resolution."""
     r = random_rewards(seed, shape=(16, 8, 4), nan_frac=0.1, unscorable_frac=0.1)
     r[1] = 3.0  # a constant group: zero advantages in both
-    d = shadow_diagnostics(r, compute_advantages("grpo", r), {"corrgrpo": compute_advantages("corrgrpo", r)})
+    shadows = {"corrgrpo": compute_advantages("corrgrpo", r)}
+    d = shadow_diagnostics(r, compute_advantages("grpo", r), shadows).to_json()
     expected = {"sign_agree": 1.0, "rank_corr": pytest.approx(1.0), "resolution": d["resolution"]}
     assert d["shadow"]["corrgrpo"] == expected
 
@@ -303,7 +304,8 @@ def test_equal_totals_summed_in_another_order_are_one_value() -> None:
 
 def test_paper_example_gdpo_flips_two_signs_but_keeps_resolution() -> None:
     grpo = compute_advantages("grpo", PAPER_REWARDS)
-    d = shadow_diagnostics(PAPER_REWARDS, grpo, {"gdpo-nobn": compute_advantages("gdpo-nobn", PAPER_REWARDS)})
+    shadows = {"gdpo-nobn": compute_advantages("gdpo-nobn", PAPER_REWARDS)}
+    d = shadow_diagnostics(PAPER_REWARDS, grpo, shadows).to_json()
     assert d["shadow"]["gdpo-nobn"]["sign_agree"] == pytest.approx(0.5)
     assert d["resolution"] == 1.0 and d["shadow"]["gdpo-nobn"]["resolution"] == 1.0
     # Ranks: GRPO [1, 3, 4, 2], GDPO [1, 2, 4, 3]; Σd² = 2 → ρ = 1 − 6·2 / (4·15) = 0.8.
@@ -315,12 +317,12 @@ def test_undefined_batches_give_none() -> None:
     gone = torch.full((2, 4, 2), math.nan)
     for r in (flat, gone):
         adv = compute_advantages("grpo", r)
-        d = shadow_diagnostics(r, adv, {"gdpo": compute_advantages("gdpo", r)})
+        d = shadow_diagnostics(r, adv, {"gdpo": compute_advantages("gdpo", r)}).to_json()
         assert d == {
             "resolution": None,
             "shadow": {"gdpo": dict.fromkeys(("sign_agree", "rank_corr", "resolution"))},
         }
-    assert shadow_diagnostics(flat, compute_advantages("grpo", flat), {}) == {
+    assert shadow_diagnostics(flat, compute_advantages("grpo", flat), {}).to_json() == {
         "resolution": None,
         "shadow": {},
     }
@@ -329,7 +331,7 @@ def test_undefined_batches_give_none() -> None:
 @pytest.mark.parametrize("name", METHODS.names())
 def test_every_method_in_range_as_a_shadow(name: str) -> None:
     r = random_rewards(3, shape=(12, 8, 4), nan_frac=0.1, unscorable_frac=0.1)
-    d = shadow_diagnostics(r, compute_advantages("grpo", r), {name: compute_advantages(name, r)})
+    d = shadow_diagnostics(r, compute_advantages("grpo", r), {name: compute_advantages(name, r)}).to_json()
     stats = d["shadow"][name]
     assert 0.0 <= stats["sign_agree"] <= 1.0 and -1.0 <= stats["rank_corr"] <= 1.0
     assert 0.0 < stats["resolution"] <= 1.0

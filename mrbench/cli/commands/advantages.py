@@ -46,9 +46,8 @@ def register(app: typer.Typer) -> None:
         diag = methods.diagnostics(grouped, w, adv)
         flat = [float(a) for a in adv.reshape(-1).tolist()]
         if as_json:
-            typer.echo(
-                json.dumps({"method": entry.name, "params": params, "advantages": flat, "diagnostics": diag})
-            )
+            payload = {"method": entry.name, "params": params, "advantages": flat}
+            typer.echo(json.dumps({**payload, "diagnostics": diag.to_json()}))
             return
         typer.echo(f"method {entry.name} {params}")
         for i, value in enumerate(flat):
