@@ -155,7 +155,7 @@ def plain_trl_trainer(args: argparse.Namespace, model: str, use_vllm: bool, out_
 
     from mrbench.engine.config import resolve_spec
     from mrbench.engine.evaluation import load_policy
-    from mrbench.engine.runner import _grpo_config
+    from mrbench.engine.grpo_setup import grpo_config
     from mrbench.tasks import build_task
 
     spec = resolve_spec(
@@ -173,7 +173,7 @@ def plain_trl_trainer(args: argparse.Namespace, model: str, use_vllm: bool, out_
         return total
 
     rows = [{"prompt": s.prompt, "sample_id": s.id, **s.columns} for s in task.train_samples()]
-    config = _grpo_config(spec, task, out_dir, progress=False)
+    config = grpo_config(spec, task, out_dir, progress=False)
     config.reward_weights = None  # one reward function: weight 1
     if "rollout" in task.training_hooks():
         # Plain TRL has no multi-turn rollout of its own: compare single-turn generation only.

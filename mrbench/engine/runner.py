@@ -58,9 +58,6 @@ from mrbench.store.client import RetryingClient, TrackingUnavailable, ensure_exp
 
 log = logging.getLogger(__name__)
 
-# The name benchmarks/gpu_smoke.py builds plain TRL's config by, the one a cell gets.
-_grpo_config = grpo_config
-
 
 @dataclass
 class CellResult:
