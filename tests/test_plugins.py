@@ -180,3 +180,20 @@ def test_sweep_yaml_names_plugins_by_module_path(plugin_env, micro_model_dir, tm
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 cells" in proc.stdout
+
+
+def test_the_plugins_own_suite_runs_the_shipped_contract_checks(plugin_env, tmp_path):
+    """A plugin's tests run mrbench's contract checks on its task and estimators in one line each
+    (``tests/plugins/mrbench_toy_plugin/tests/test_contract.py``)."""
+    suite = tmp_path / "tests"
+    shutil.copytree(PLUGIN_SRC / "tests", suite, ignore=shutil.ignore_patterns("__pycache__"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=plugin_env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "4 passed" in proc.stdout

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-import inspect
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 import torch
 
 from mrbench.core.errors import PluginError, RegistryError, UnknownNameError, UnknownParamError
+from mrbench.core.registry import Entry
+from mrbench.engine.contract import (
+    METHOD_CHECKS,
+    ContractError,
+    check_method,
+    method_shapes,
+    method_signature,
+    method_unscorable,
+)
 from mrbench.methods import METHODS, compute_advantages, get_method, register_method
 
 EXPECTED = {"grpo", "dr-grpo", "gdpo", "gdpo-nobn", "corrgrpo", "corrgrpo-guarded", "gdpo-corr"}
@@ -19,21 +29,39 @@ def test_expected_names_registered() -> None:
     assert set(METHODS.names()) == EXPECTED
 
 
+@pytest.mark.parametrize("check", METHOD_CHECKS, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_uniform_signature(name: str) -> None:
-    entry = get_method(name)
-    params = list(inspect.signature(entry.obj).parameters.values())
-    assert [p.name for p in params[:2]] == ["rewards", "weights"]
-    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params[:2])
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:]), name
-    assert all(isinstance(v, int | float | bool | str) for v in entry.params.values())
-    assert entry.summary, name
-    doc = inspect.getdoc(entry.obj) or ""
-    assert "[P, G, K]" in doc and "[P, G]" in doc and "[K]" in doc, name
-    for dtype in (torch.float32, torch.float64):
-        r = torch.randn(3, 5, 2, dtype=dtype)
-        adv = entry.obj(r, torch.ones(2, dtype=dtype))
-        assert adv.shape == (3, 5) and adv.dtype == dtype and torch.isfinite(adv).all()
+def test_the_shipped_contract_checks(name: str, check: Callable[[Entry], None]) -> None:
+    check(get_method(name))  # the checks a plugin runs on its own estimator (mrbench.engine.contract)
+
+
+def test_check_method_in_one_line() -> None:
+    check_method("gdpo")
+    check_method("mrbench.methods.grpo:dr_grpo")
+
+
+def _counts_unscorable(rewards, weights):  # pragma: no cover - only inspected
+    """Centred total with NaN as 0: an unscorable rollout moves its group. [P, G, K], [K] -> [P, G]."""
+    total = torch.nan_to_num(rewards, nan=0.0, posinf=0.0, neginf=0.0) @ weights
+    return total - total.mean(dim=1, keepdim=True)
+
+
+def _wrong_shape(rewards, weights):  # pragma: no cover - only inspected
+    """One number per prompt. [P, G, K], [K] -> [P] (wrong)."""
+    return rewards.sum(dim=(1, 2))
+
+
+@pytest.mark.parametrize(
+    ("fn", "check", "says"),
+    [
+        (_counts_unscorable, method_unscorable, "must get advantage 0 and leave its group's others"),
+        (_wrong_shape, method_shapes, "rewards (3, 5, 2) gave (3,), expected (3, 5)"),
+        (lambda r, w: r, method_signature, "must take (rewards, weights, *, <hyper-parameters>)"),
+    ],
+)
+def test_the_checks_say_what_does_not_fit(fn: Callable, check: Callable[[Entry], None], says: str) -> None:
+    with pytest.raises(ContractError, match=re.escape(says)):
+        check(Entry("bad", fn, "summary"))
 
 
 def test_unknown_name_suggests() -> None:

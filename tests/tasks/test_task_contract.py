@@ -1,41 +1,79 @@
-"""Every registered task honours the Task contract: required members, typed hooks and their defaults;
-its bounded settings declare their Range."""
+"""Every registered task honours the Task contract, through the checks mrbench ships for plugins
+(:mod:`mrbench.engine.contract`); the built-ins' bounded settings declare their Range."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import pytest
 
 import mrbench.tasks as tasks
-from mrbench.core.contracts import Task
+from mrbench.core.contracts import EvalResult, RewardComponent, Sample, Task
 from mrbench.core.errors import RegistryError, UserError
 from mrbench.core.registry import Range
-from mrbench.engine.config import TrainSettings
+from mrbench.engine.contract import (
+    TASK_CHECKS,
+    ContractError,
+    built_task,
+    check_task,
+    task_hooks,
+    task_rewards,
+    task_samples,
+)
 
 
 @pytest.fixture(params=tasks.TASKS.names())
 def task(request: pytest.FixtureRequest) -> Task:
-    built = tasks.build_task(request.param)
-    yield built
-    built.close()
+    with built_task(request.param) as built:
+        yield built
 
 
-def test_required_members(task: Task) -> None:
-    assert isinstance(task, Task) and task.name in tasks.TASKS
-    assert isinstance(task.version, str) and task.version
-    assert isinstance(task.primary_metric, str) and task.primary_metric
-    assert isinstance(task.max_completion_tokens, int) and task.max_completion_tokens > 0
-    assert isinstance(task.lower_is_better, frozenset)
+@pytest.mark.parametrize("check", TASK_CHECKS, ids=lambda c: c.__name__)
+def test_the_shipped_contract_checks(task: Task, check: Callable[[Task], None]) -> None:
+    check(task)  # the checks a plugin runs on its own task (mrbench.engine.contract)
 
 
-def test_hooks_are_typed_and_the_defaults_read_only(task: Task) -> None:
-    assert isinstance(task.train_defaults, Mapping)
-    TrainSettings.from_overrides(dict(task.train_defaults))  # names real settings with valid values
+@pytest.mark.parametrize("name", tasks.TASKS.names())
+def test_check_task_in_one_line(name: str) -> None:
+    check_task(name)
+
+
+def test_built_in_tasks_are_registered_under_their_name_with_read_only_defaults(task: Task) -> None:
+    assert task.name in tasks.TASKS
     with pytest.raises(TypeError):
         task.train_defaults["steps"] = 1  # type: ignore[index]
-    assert isinstance(task.demos_keep_final_line, bool)
-    assert isinstance(task.training_hooks(), dict)
+
+
+class _Broken(Task):
+    name, version, primary_metric, max_completion_tokens = "broken", "1", "score", 8
+    train_defaults: ClassVar[Mapping[str, Any]] = {"stepz": 3}
+
+    def train_samples(self) -> list[Sample]:
+        return [Sample("a", [{"role": "user", "content": "hi"}])]
+
+    def eval_samples(self) -> list[Sample]:
+        return [Sample("a", [{"role": "user", "content": "hi"}])]
+
+    def reward_components(self) -> list[RewardComponent]:
+        return [RewardComponent("r", lambda prompts, completions, **_: [])]  # one score short
+
+    def evaluate(self, generator: Any, samples: list[Sample] | None = None) -> EvalResult:
+        return EvalResult({"score": 0.0}, [])
+
+
+@pytest.mark.parametrize(
+    ("check", "says"),
+    [
+        (task_hooks, "task 'broken': bad train_defaults: unknown train setting"),
+        (task_samples, "task 'broken': train and eval samples share the ids ['a']"),
+        (task_rewards, "task 'broken': reward component 'r': expected a list of 1 scores"),
+    ],
+)
+def test_the_checks_say_what_does_not_fit(check: Callable[[Task], None], says: str) -> None:
+    with pytest.raises(ContractError, match=re.escape(says)):
+        check(_Broken())
 
 
 def test_a_task_without_scoring_says_so() -> None:
