@@ -184,6 +184,24 @@ def import_target(target: str) -> Any:
     return obj
 
 
+def _quiet_import(target: str) -> Any:
+    """:func:`import_target`, keeping what the module prints while it is imported off the terminal:
+    it is logged (logger ``mrbench.core.registry``, level INFO) instead. A plugin is named by the
+    user, and its module's import-time code runs; its output must not pass for mrbench's own."""
+    import contextlib
+    import io
+    import logging
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            return import_target(target)
+    finally:
+        printed = (out.getvalue() + err.getvalue()).strip()
+        if printed:
+            logging.getLogger(__name__).info("importing %s printed:\n%s", target, printed)
+
+
 def coerce_value(raw: Any, default: Any, *, key: str) -> Any:
     """Convert ``raw`` (often a CLI string) to the type of ``default``."""
     if not isinstance(raw, str):
@@ -256,7 +274,7 @@ class Entry(Generic[T]):
 
     def _load_plugin(self, target: str, origin: str) -> T:
         try:
-            loaded = import_target(target)
+            loaded = _quiet_import(target)
         except Exception as exc:  # any failure in the plugin's own import names the plugin
             cause = exc.__cause__ if isinstance(exc, UserError) and exc.__cause__ else exc
             raise PluginError(f"{origin} cannot be loaded: {type(cause).__name__}: {cause}") from exc
@@ -316,7 +334,7 @@ class PluginProblem:
 def _verify(obj: Any, check: Check | None) -> None:
     """``TypeError`` unless ``obj`` is callable, its hyper-parameters have defaults and ``check`` passes."""
     if not callable(obj):
-        raise TypeError(f"{obj!r} is not callable")
+        raise TypeError(f"it is a {type(obj).__name__}, not a function")
     try:
         inspect.signature(obj)
     except (TypeError, ValueError) as exc:  # e.g. a C function without introspectable parameters
@@ -334,13 +352,23 @@ class Registry(Generic[T]):
 
     ``group``: the entry-point group plugins from other distributions register in (e.g.
     ``mrbench.methods``). ``check``: the protocol every plugin's object must fit, run when it is
-    registered or loaded.
+    registered or loaded. ``path_check``: what an object named by a ``"module:attr"`` path must
+    also fit unless it is registered already (a method's declared signature: naming any function
+    of any module must not make it a plugin).
     """
 
-    def __init__(self, kind: str, *, group: str | None = None, check: Check | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        group: str | None = None,
+        check: Check | None = None,
+        path_check: Check | None = None,
+    ) -> None:
         self.kind = kind
         self.group = group
         self.check = check
+        self.path_check = path_check
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, str] = {}
         self._discovered = False
@@ -426,10 +454,18 @@ class Registry(Generic[T]):
         if not module.strip() or not attr.strip():
             raise PluginError(f"{self.kind} {name!r}: expected a registered name or 'module:attr'")
         entry: Entry[T] = Entry(name, name, source=f"module {module}", origin=f"{self.kind} {name!r}")
-        entry.check = self.check
+        entry.check = self._path_check
         entry.obj  # noqa: B018 - load now: a bad path fails here, naming itself
         self._entries[name] = entry
         return entry
+
+    def _path_check(self, obj: Any) -> None:
+        """The protocol, then :attr:`path_check` unless ``obj`` is a registered plugin already."""
+        if self.check is not None:
+            self.check(obj)
+        registered = any(e.loaded and e.target is obj for e in self._entries.values())
+        if self.path_check is not None and not registered:
+            self.path_check(obj)
 
     def discover(self) -> None:
         """Register the entry points of :attr:`group` (once; nothing is imported here).

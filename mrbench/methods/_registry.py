@@ -45,5 +45,23 @@ def check_method(fn: Any) -> None:
         ) from None
 
 
-METHODS: Registry[MethodFn] = Registry("method", group=ENTRY_POINT_GROUP, check=check_method)
+def check_estimator_signature(fn: Any) -> None:
+    """``TypeError`` unless ``fn`` declares an estimator's signature: its first two parameters named
+    ``rewards`` and ``weights``, every other keyword-only. What a ``"module:function"`` name that is
+    not registered must fit: naming ``builtins:exec`` (callable as ``exec(a, b)``) is no estimator."""
+    params = list(inspect.signature(fn).parameters.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    named = [p.name for p in params[:2]] == ["rewards", "weights"] and all(
+        p.kind in positional for p in params[:2]
+    )
+    if not named or any(p.kind is not inspect.Parameter.KEYWORD_ONLY for p in params[2:]):
+        raise TypeError(
+            "an estimator takes (rewards, weights, *, <hyper-parameters with defaults>); "
+            f"{getattr(fn, '__qualname__', type(fn).__name__)!s} takes {inspect.signature(fn)}"
+        )
+
+
+METHODS: Registry[MethodFn] = Registry(
+    "method", group=ENTRY_POINT_GROUP, check=check_method, path_check=check_estimator_signature
+)
 register_method = METHODS.register

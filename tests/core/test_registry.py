@@ -252,3 +252,49 @@ def test_module_attr_names_resolve_under_the_given_string():
 def test_registry_errors_are_user_errors_and_value_errors():
     for cls in (RegistryError, UnknownNameError, UnknownParamError, PluginError):
         assert issubclass(cls, UserError) and issubclass(cls, ValueError)
+
+
+NOISY_MODULE = '''
+print("imported, and said so")
+
+
+def registered(a, b):
+    """Registered under another signature."""
+    return a
+
+
+def unregistered(a, b):
+    return a
+
+
+def fits(rewards, weights, *, eps: float = 0.5):
+    return rewards
+'''
+
+
+def _estimator_names(fn):
+    """The path check of a method registry: the estimator's parameter names."""
+    if list(inspect.signature(fn).parameters)[:2] != ["rewards", "weights"]:
+        raise TypeError("is not an estimator")
+
+
+def test_a_module_path_must_fit_the_path_check_unless_registered(plugin_site, capsys):
+    _, module = plugin_site("noisy-dist", NOISY_MODULE, {})
+    reg: Registry = Registry("widget", path_check=_estimator_names)
+    with pytest.raises(
+        PluginError, match=f"widget '{module}:unregistered' does not fit: is not an estimator"
+    ):
+        reg.get(f"{module}:unregistered")
+    assert reg.get(f"{module}:fits").params == {"eps": 0.5}
+    reg.register("known")(sys.modules[module].registered)
+    assert reg.get(f"{module}:registered").obj is sys.modules[module].registered  # registered: accepted
+    # What the module printed while it was imported stays off the terminal.
+    assert "said so" not in capsys.readouterr().out
+
+
+def test_a_module_path_to_something_not_callable_is_refused_in_one_short_line():
+    reg: Registry = Registry("widget")
+    with pytest.raises(PluginError) as info:
+        reg.get("string:ascii_letters")
+    message = str(info.value)
+    assert message == "widget 'string:ascii_letters' does not fit: it is a str, not a function"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -135,3 +136,26 @@ def test_import_does_no_work() -> None:
     code = f"import sys, mrbench.methods; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("builtins:exec", "method 'builtins:exec' does not fit: an estimator takes (rewards, weights, *"),
+        ("this:s", "method 'this:s' does not fit: it is a str, not a function"),
+    ],
+)
+def test_a_method_name_must_name_an_estimator(name: str, says: str, tmp_path) -> None:
+    """Not any callable: `builtins:exec` used to give a 3-cell grid, and `this:s` printed the Zen of
+    Python while the sweep was validated."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mrbench", "sweep", "--methods", name, "--tasks", "tool-calling", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "MRBENCH_RESULTS": str(tmp_path / "results")},
+    )
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "Beautiful is better" not in proc.stdout + proc.stderr
