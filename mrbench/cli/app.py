@@ -38,6 +38,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def _help_lists_flags_bare() -> None:
+    """Help lists a flag (``--json``, ``--gold``, ``--report/--no-report``) without a value, as
+    click's plain help does: typer 0.29's rich help gives every option its type, so that flags read
+    ``--json <bool>`` as if they took one. Options that take a value keep their type."""
+    from typer.core import TyperOption
+
+    typed = getattr(TyperOption, "display_type_rich", None)  # absent: a typer whose help shows flags bare
+    if typed is None or getattr(typed, "mrbench_flags_bare", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else typed(self, ctx)
+
+    display_type_rich.mrbench_flags_bare = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_help_lists_flags_bare()
+
 COMMAND_MODULES = (
     "mrbench.cli.commands.catalog",
     "mrbench.cli.commands.advantages",
