@@ -209,8 +209,9 @@ def format_report(report: ScoreReport) -> str:
         f"task {report.task} · dataset {report.dataset or '-'} · {report.n} scored · {report.wall_s:.2f} s"
     ]
     if report.summary:
-        width = max(len(name) for name in report.summary) + 2
-        lines.append(f"{'component':<{width}}mean")
+        header = "component"  # as wide as the names at least: "utility" alone would glue it to "mean"
+        width = max(len(header), *(len(name) for name in report.summary)) + 2
+        lines.append(f"{header:<{width}}mean")
         for name, value in report.summary.items():
             lines.append(f"{name:<{width}}{'-' if value is None else f'{value:.3f}'}")
     lines.append("status: " + ", ".join(f"{k} {v}" for k, v in sorted(report.status_counts.items())))
