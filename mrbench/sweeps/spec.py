@@ -6,7 +6,8 @@ is read and checked, its ``mrbench sweep`` option and its row in ``docs/sweep-ya
 
 A file that is empty, not UTF-8, not YAML, repeats a key, or lists a method, task, model or seed
 twice is an error (on the command line a repeated entry is dropped). Without ``name``, the sweep
-is named after the file: ``my sweep.yaml`` → ``my-sweep``.
+is named after the file: ``my sweep.yaml`` → ``my-sweep``; without a file, after the preset, or
+after its content where it differs from the preset's (``smoke-1a2b3c4d``).
 """
 
 from __future__ import annotations
@@ -355,7 +356,9 @@ def build_sweep_spec(
     The preset is ``preset``, else the overrides', else the file's ``preset``, else ``smoke``.
 
     The name is ``--name``, else the file's ``name``, else the file's name slugged
-    (:func:`name_from_file`); without a file, the preset's name.
+    (:func:`name_from_file`); without a file, the preset's name if the cells are the preset's, else
+    one made from the settings (:func:`content_name`). The names and values a file gives are checked
+    here, so that an error names the file and the key (:func:`check_names`).
     """
     file_data = load_yaml(config) if config is not None else {}
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
@@ -372,4 +375,77 @@ def build_sweep_spec(
         spec = apply_settings(spec, file_data, source=source)
     if cli:
         spec = apply_settings(spec, cli, source="command-line options", dedupe=True)
-    return _drop_unused(spec)
+    spec = _drop_unused(spec)
+    if config is not None:
+        check_names(spec, {k for k in file_data if k not in cli}, source)
+    elif "name" not in cli:
+        spec = replace(spec, name=content_name(spec, _drop_unused(PRESETS[preset_name])))
+    return spec
+
+
+_CONTENT = (
+    *("methods", "tasks", "models", "task_models", "seeds", "method_params", "task_params"),
+    *("train", "task_train", "model_train", "steps", "eval"),
+)
+"""The fields that say what a sweep's cells compute; the others say how they run (workers, the
+executor, checkpoints), or what is added to the report (the lab)."""
+
+
+def content_name(spec: SweepSpec, preset: SweepSpec) -> str:
+    """``spec``'s name when none is given and no file names it: the preset's while the cells are
+    the preset's, else ``<preset>-<8 hex digits>`` over what the cells compute (the same settings
+    give the same name, so a sweep run again resumes; another grid never lands among the preset's
+    cells, e.g. a plugin task's sweep beside the default one).
+
+    >>> content_name(PRESETS["smoke"], PRESETS["smoke"])
+    'smoke'
+    >>> content_name(replace(PRESETS["smoke"], seeds=(0,)), PRESETS["smoke"])
+    'smoke-c01e2eec'
+    """
+    import hashlib
+    import json
+
+    content = {key: getattr(spec, key) for key in _CONTENT}
+    if content == {key: getattr(preset, key) for key in _CONTENT}:
+        return preset.name
+    text = json.dumps(content, sort_keys=True, default=str)
+    return f"{preset.name}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def check_names(spec: SweepSpec, keys: set[str], source: str) -> None:
+    """Check the names and values that ``keys`` of the file ``source`` gave ``spec`` (methods,
+    tasks, models, their parameters, train settings) now, so that an error names the file and the
+    key; the grid checks them again, cell by cell. A task whose code is missing is left to the grid,
+    which reports it as unavailable."""
+    import mrbench.methods as methods
+    import mrbench.tasks as tasks
+    from mrbench.engine.config import TrainSettings
+    from mrbench.engine.models import validate_model_name
+
+    checks: list[tuple[str, str, Any]] = []  # (key, the setting's key, a check to call)
+    checks += [("methods", "methods", lambda m=m: methods.get_method(m)) for m in spec.methods]
+    checks += [("tasks", "tasks", lambda t=t: tasks.get_task_entry(t)) for t in spec.tasks]
+    checks += [("models", "models", lambda m=m: validate_model_name(m)) for m in _all_models(spec)]
+    checks += [
+        ("method_params", f"method_params.{m}", lambda m=m, p=p: methods.get_method(m).resolve_params(p))
+        for m, p in spec.method_params.items()
+    ]
+    checks += [
+        ("task_params", f"task_params.{t}", lambda t=t, p=p: tasks.get_task_entry(t).resolve_params(p))
+        for t, p in spec.task_params.items()
+    ]
+    checks.append(("train", "train", lambda: TrainSettings.from_overrides(spec.train)))
+    for key in ("task_train", "model_train"):
+        checks += [
+            (key, f"{key}.{name}", lambda v=v: TrainSettings.from_overrides(v))
+            for name, v in getattr(spec, key).items()
+        ]
+    for key, where, check in checks:
+        if key not in keys:
+            continue
+        try:
+            check()
+        except ImportError:
+            continue  # a task whose code is missing: the grid lists it as unavailable
+        except UserError as exc:
+            raise At(where, source).error(str(exc)) from None
