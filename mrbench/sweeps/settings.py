@@ -251,12 +251,15 @@ def _evals(value: Any, at: At) -> dict[str, tuple[str, ...]]:
 
 
 def _lab(value: Any, at: At) -> tuple[str, ...]:
-    """Lab scenario names (``[]`` or null: none); an unknown name is the lab's UnknownNameError."""
+    """Lab scenario names (``[]`` or null: none); an unknown name is the lab's error, naming the key."""
     if value is None or (isinstance(value, list | tuple | str) and not value):
         return ()
     scenarios = names(value, at)
     for scenario in scenarios:
-        get_scenario(scenario)
+        try:
+            get_scenario(scenario)
+        except UserError as exc:  # the lab's UnknownNameError, with the file and the key
+            raise at.error(str(exc)) from None
     return scenarios
 
 
@@ -281,7 +284,8 @@ SETTINGS: tuple[Setting, ...] = (
         option=Option(
             "--name",
             "Sweep name = MLflow experiment and report folder (default: the config's name, else its "
-            "file name, else the preset's).",
+            "file name, else the preset's, with a hash of the settings where they differ from it, "
+            "e.g. smoke-1a2b3c4d).",
         ),
     ),
     Setting(
