@@ -45,6 +45,8 @@ _EXPORTS = {
     "completion_text": "mrbench.core.contracts",
     "clean_reward": "mrbench.core.contracts",
     "UserError": "mrbench.core.errors",
+    "check_task": "mrbench.engine.contract",
+    "check_method": "mrbench.engine.contract",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -279,7 +279,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "name",
         _name,
-        default="the file's name, slugged; without a file, the preset's",
+        default=(
+            "the file's name, slugged; without a file, the preset's (`<preset>-<hash>` when the cells "
+            "differ from it)"
+        ),
         meaning="MLflow experiment and report folder (letters, digits, `.` `_` `-`)",
         option=Option(
             "--name",
