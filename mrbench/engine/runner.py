@@ -28,6 +28,16 @@ Tracking-store outages:
    still down, the record stays for the next try; deleting ``pending/`` trains the cell afresh.
 
 A store that is unreachable before the run exists fails the cell at once: nothing was computed.
+
+One process at a time runs a cell (:mod:`mrbench.engine.cell_claim`): :func:`run_cell` holds a lock
+in the cell's folder (``cell.lock``, an ``flock`` that dies with its process) from start to end,
+so a second ``mrbench run`` of the same cell and results folder, or a sweep cell beside it, is
+refused at once (a :class:`~mrbench.core.errors.UserError`, exit 2) naming the host and pid that
+run it, instead of training it twice. The cell's run carries its process's ``host``, ``pid`` and a
+``heartbeat`` tag (refreshed every 30 s), so that, holding the lock, a cell ends KILLED the
+RUNNING runs of its run key whose process is gone (``kill -9``, a power loss) and is refused when
+one's process is alive elsewhere (another results folder, or another machine on the same tracking
+server, by its heartbeat) before it opens its own run or reopens the killed one to resume it.
 """
 
 from __future__ import annotations
@@ -47,13 +57,15 @@ from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.core.provenance import git_sha
 from mrbench.engine import console, eval_cache, phases, resume
+from mrbench.engine.cell_claim import CellClaim
 from mrbench.engine.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
 from mrbench.engine.config import RunSpec
-from mrbench.engine.distributed import rank_client, rank_folder
+from mrbench.engine.distributed import is_main_process, rank_client, rank_folder
 from mrbench.engine.evaluation import evaluate_model, load_policy
 from mrbench.engine.grpo_setup import grpo_config, train_dataset
 from mrbench.engine.run_guard import ends_run_on_error
 from mrbench.engine.tracking import RunLog
+from mrbench.store.claims import holder_tags
 from mrbench.store.client import RetryingClient, TrackingUnavailable, ensure_experiment
 
 log = logging.getLogger(__name__)
@@ -163,28 +175,31 @@ def run_cell(
     # Ranks > 0 of a multi-process cell log nothing and leave the cell folder to rank 0.
     client = rank_client(tracking_uri, tracking_retry_s)
     folder = rank_folder(CellFolder.for_run_key(spec.run_key()))
-    record = folder.read_record()
-    if record is not None:
-        return _finish_recorded(record, folder, client)
-    # Library output goes to the cell log, attached to the run at the end (mrbench.engine.console).
-    with console.cell_output(folder.root):
-        task = build_task(spec.task, spec.task_params)
-        try:
-            return _run_cell(
-                spec,
-                task,
-                started=started,
-                client=client,
-                folder=folder,
-                save_mode=save_mode,
-                experiment=experiment,
-                parent_run_id=parent_run_id,
-                sweep=sweep,
-                progress=progress,
-                checkpoint_every=checkpoint_every,
-            )
-        finally:
-            task.close()
+    # One process at a time runs the cell; a second is refused, naming the first (cell_claim).
+    with CellClaim(folder, spec.label(), active=is_main_process()) as claim:
+        record = folder.read_record()
+        if record is not None:
+            return _finish_recorded(record, folder, client)
+        # Library output goes to the cell log, attached to the run at the end (mrbench.engine.console).
+        with console.cell_output(folder.root):
+            task = build_task(spec.task, spec.task_params)
+            try:
+                return _run_cell(
+                    spec,
+                    task,
+                    started=started,
+                    client=client,
+                    folder=folder,
+                    claim=claim,
+                    save_mode=save_mode,
+                    experiment=experiment,
+                    parent_run_id=parent_run_id,
+                    sweep=sweep,
+                    progress=progress,
+                    checkpoint_every=checkpoint_every,
+                )
+            finally:
+                task.close()
 
 
 def check_one_device() -> None:
@@ -258,6 +273,7 @@ def _run_cell(
     started: float,
     client: RetryingClient,
     folder: CellFolder,
+    claim: CellClaim,
     save_mode: SaveMode,
     experiment: str,
     parent_run_id: str | None,
@@ -272,6 +288,7 @@ def _run_cell(
         task,
         client,
         folder,
+        claim,
         save_mode=save_mode,
         experiment=experiment,
         parent_run_id=parent_run_id,
@@ -295,6 +312,7 @@ def _open_run(
     task: Task,
     client: RetryingClient,
     folder: CellFolder,
+    claim: CellClaim,
     *,
     save_mode: SaveMode,
     experiment: str,
@@ -303,11 +321,14 @@ def _open_run(
     checkpoint_every: int | None,
 ) -> _CellRun:
     """A new run, or the run of this cell's last training checkpoint, reopened
-    (:mod:`mrbench.engine.resume`); the cell log attached to it and ``pending/`` emptied."""
+    (:mod:`mrbench.engine.resume`); the cell log attached to it and ``pending/`` emptied. Earlier
+    attempts left RUNNING by a process that is gone are ended KILLED first, and one whose process
+    is alive stops the cell (:mod:`mrbench.engine.cell_claim`)."""
     experiment_id = ensure_experiment(experiment, client.tracking_uri, client=client)
-    tags = cell_tags(spec, task, sweep)
+    tags = cell_tags(spec, task, sweep) | holder_tags()  # whose process runs it, for the next claim
     if parent_run_id:
         tags[layout.PARENT_RUN_TAG] = parent_run_id
+    claim.settle(client, experiment_id, spec.run_key())
     start = resume.start_run(
         client,
         folder,
@@ -319,6 +340,7 @@ def _open_run(
         checkpoint_every=checkpoint_every,
         steps=spec.train.steps,
     )
+    claim.opened(client.tracking_uri, start.run_id)
     console.attach_log(client, start.run_id)
     folder.clear_pending()  # what a process that died before writing its record left there
     return _CellRun(spec, task, folder, start, RunLog(client, start.run_id, folder.pending))
