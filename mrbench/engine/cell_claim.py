@@ -119,6 +119,23 @@ def _lock(path: Path, label: str) -> int | None:
     return fd
 
 
+def check_free(folder: Path, label: str) -> None:
+    """:class:`CellHeld` when another process holds the cell whose folder is ``folder``, else nothing
+    (a probe: the lock is released at once). For what must not happen before the claim, such as
+    opening the cell's log, which would empty the running holder's log."""
+    path = folder / LOCK_NAME
+    if not path.exists():
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise CellHeld(_message(label, _holder_of(path))) from None
+    finally:
+        os.close(fd)
+
+
 class CellClaim:
     """This process's claim of the cell whose folder is ``folder`` (label ``label``, for messages),
     from ``with`` to its end; ``active=False`` (ranks > 0 of a multi-process cell) claims nothing."""

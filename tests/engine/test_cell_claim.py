@@ -82,6 +82,8 @@ def test_a_cell_already_running_is_refused_naming_its_holder(
     micro_model_dir: Path, store: str, tmp_path: Path
 ) -> None:
     holder, run_id = _hold(micro_model_dir, store, 5, tmp_path)
+    (cell_log,) = (tmp_path / "results" / "checkpoints").glob("*/cell.log")
+    cell_log.write_bytes(b"the holder's library output\n")  # what the holder's capture wrote so far
     try:
         second = subprocess.run(
             [sys.executable, "-m", "mrbench", *_run_args(micro_model_dir, store, 5)],
@@ -98,6 +100,7 @@ def test_a_cell_already_running_is_refused_naming_its_holder(
     assert second.returncode == 2, output
     assert f"pid {holder.pid} on host {socket.gethostname()}" in output, output
     assert "Traceback" not in output, output
+    assert cell_log.read_bytes().startswith(b"the holder's library output")  # not emptied by the second
     # The second invocation trained nothing and opened no run: the holder's is the cell's only one.
     assert [r.info.run_id for r in _runs(store)] == [run_id]
 

@@ -190,12 +190,14 @@ def run_logged(spec: RunSpec, launch: CellLaunch, *, verbose: bool) -> CellResul
     and, unless quiet, the progress display on the terminal; a cell that fails or is interrupted
     names its log on stderr and re-raises."""
     from mrbench.engine import console, phases
+    from mrbench.engine.cell_claim import check_free
     from mrbench.store.client import check_tracking_reachable
 
     uri = launch.tracking_uri
     if verbose:
         console.set_verbose()
     log_path = console.cell_log_path(spec.run_key())
+    check_free(log_path.parent, spec.label())  # capturing would empty a running holder's log
     with contextlib.ExitStack() as captured:
         try:
             captured.enter_context(console.capture_output(log_path))
