@@ -7,12 +7,26 @@ answer) with exponential backoff for a bounded time, :func:`tracking_retry_s` (d
 :class:`TrackingUnavailable`. The engine's :class:`~mrbench.engine.tracking.RunLog` logs through it
 and, past the bound, keeps everything locally instead of failing. :func:`check_tracking_reachable`'s
 short, no-retry settings apply to the check alone.
+
+Timeouts. No request waits for a server that does not answer longer than its budget allows: the
+check waits :data:`CHECK_TIMEOUT_S` (also for the server's host name to resolve), a
+:class:`RetryingClient`'s requests time out within what is left of its retry bound (at most
+:data:`REQUEST_TIMEOUT_S`, or ``$MLFLOW_HTTP_REQUEST_TIMEOUT`` when set), and once a command has
+checked a server, MLflow clients made elsewhere in the process (and its workers) get
+:data:`REQUEST_TIMEOUT_S` instead of MLflow's 120 s.
+
+Disk and database faults (a full disk, a file size limit, a damaged ``mlflow.db``) are
+:class:`StoreFault`: one line naming the file and the cause (:mod:`mrbench.store.faults`), never
+retried; a cell treats one like an outage and keeps what it could not log.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,8 +34,9 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.store.faults import exception_chain, fault_cause, store_fault_message
 from mrbench.store.local import check_store_writable, reroot_own_store, results_dir, store_creation_lock
-from mrbench.store.uri import ARTIFACTS_DIR, is_local_store, sqlite_path
+from mrbench.store.uri import ARTIFACTS_DIR, is_local_store, sqlite_path, store_host
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +47,35 @@ RETRY_ENV = "MRBENCH_TRACKING_RETRY_S"
 --tracking-retry-s``, a sweep's ``tracking_retry_s``, which travels to its cells with their specs)."""
 # Waits 1, 2, 4, 5, 5, ... s: a store that is back is used within 5 s; one request per 5 s costs it nothing.
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S = 1.0, 5.0
+CHECK_TIMEOUT_S = 5
+"""How long :func:`check_tracking_reachable` waits for a server (and for its host name to resolve)."""
+REQUEST_TIMEOUT_S = 30
+"""The longest one request to a server may wait for its answer (MLflow's default is 120 s)."""
+_MIN_REQUEST_TIMEOUT_S = 2
+_TIMEOUT_ENV = "MLFLOW_HTTP_REQUEST_TIMEOUT"
+_store_in_use: str | None = None
 
 
 class TrackingUnavailable(UserError):
     """The tracking store stayed unreachable past the retry bound; the message says what to do."""
+
+
+class StoreFault(TrackingUnavailable):
+    """The store's files cannot be used: a full disk, a file size limit, a damaged database. The
+    message names the file and the cause. An outage to a cell (it keeps what it could not log), but
+    never retried: waiting does not empty a disk."""
+
+
+def store_in_use() -> str | None:
+    """The tracking URI this process last checked, read or opened a client on (None before any):
+    the store a disk or database fault that reaches the command line is about."""
+    return _store_in_use
+
+
+def note_store(uri: str) -> None:
+    """Remember ``uri`` as the store this process uses (:func:`store_in_use`)."""
+    global _store_in_use
+    _store_in_use = uri
 
 
 def tracking_retry_s(value: float | None = None) -> float:
@@ -51,26 +91,48 @@ def tracking_retry_s(value: float | None = None) -> float:
     return seconds
 
 
+_env_lock = threading.Lock()
+_env_overrides: dict[str, list[tuple[object, str]]] = {}
+"""Per variable, the settings blocks active now (in any thread), most recent last."""
+_env_originals: dict[str, str | None] = {}
+
+
 @contextmanager
 def _mlflow_http_settings(**values: int) -> Iterator[None]:
     """MLflow's per-request HTTP settings (``max_retries=0`` → ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0``)
     for the calls inside the block only; the process's own values come back afterwards.
 
-    MLflow reads these variables on every request, so nothing outside the block sees them.
+    MLflow reads these variables on every request, so nothing outside the block sees them. Blocks
+    may overlap (threads): the variable holds the latest active block's value, and the process's own
+    value comes back when the last one ends.
     """
-    saved: dict[str, str | None] = {}
-    for name, value in values.items():
-        var = f"MLFLOW_HTTP_REQUEST_{name.upper()}"
-        saved[var] = os.environ.get(var)
-        os.environ[var] = str(value)
+    token = object()
+    names = [f"MLFLOW_HTTP_REQUEST_{name.upper()}" for name in values]
+    with _env_lock:
+        for var, value in zip(names, values.values(), strict=True):
+            active = _env_overrides.setdefault(var, [])
+            if not active:
+                _env_originals[var] = os.environ.get(var)
+            active.append((token, str(value)))
+            os.environ[var] = str(value)
     try:
         yield
     finally:
-        for var, old in saved.items():
-            if old is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = old
+        with _env_lock:
+            for var in names:
+                active = [entry for entry in _env_overrides[var] if entry[0] is not token]
+                _env_overrides[var] = active
+                old = active[-1][1] if active else _env_originals.pop(var, None)
+                if old is None:
+                    os.environ.pop(var, None)
+                else:
+                    os.environ[var] = old
+
+
+def _process_setting(var: str) -> str | None:
+    """The process's own value of ``var``, also inside :func:`_mlflow_http_settings` blocks."""
+    with _env_lock:
+        return _env_originals[var] if _env_overrides.get(var) else os.environ.get(var)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -92,24 +154,80 @@ def _root_cause(exc: BaseException) -> str:
 
 
 def check_tracking_reachable(uri: str) -> None:
-    """Fail early (before any training) if the tracking store cannot be reached.
+    """Fail early (before any training) if the tracking store cannot be reached or used.
 
-    A server gets one quick try (no retries, 5 s timeout); those settings hold for this check alone.
+    A server gets one quick try (no retries, :data:`CHECK_TIMEOUT_S`); those settings hold for this
+    check alone. :class:`TrackingUnavailable` names a server that does not answer, :class:`StoreFault`
+    a store whose disk is full or whose database is damaged, :class:`UserError` any other failure.
     """
     from mlflow.tracking import MlflowClient
 
+    note_store(uri)
     db = sqlite_path(uri)
     if db is not None:
         parent = db.parent
         if not parent.exists():
             raise UserError(f"tracking store folder {parent} does not exist (from --tracking-uri {uri!r})")
         check_store_writable(uri)
+    if not is_local_store(uri):
+        if _process_setting(_TIMEOUT_ENV) is None:  # for every later client, and the workers
+            os.environ[_TIMEOUT_ENV] = str(REQUEST_TIMEOUT_S)
+        _check_host_resolves(uri)
     try:
-        with _mlflow_http_settings(max_retries=0, timeout=5), store_creation_lock(uri):
+        with _mlflow_http_settings(max_retries=0, timeout=CHECK_TIMEOUT_S), store_creation_lock(uri):
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as exc:  # MLflow raises many types for an unreachable store
-        raise UserError(f"cannot reach the MLflow tracking store {uri!r}: {_first_line(exc)}") from None
+        raise _unusable(uri, exc) from None
     reroot_own_store(uri)  # what runs next writes: after a move, to the folder the store is in now
+
+
+def _unusable(uri: str, exc: BaseException) -> UserError:
+    """The one-line error for a store that ``exc`` says cannot be used."""
+    import requests
+
+    cause = fault_cause(exc, sqlite_path(uri))
+    if cause is not None:
+        return StoreFault(store_fault_message(uri, cause))
+    if _in_chain(exc, (requests.Timeout, TimeoutError, socket.timeout)):
+        return TrackingUnavailable(
+            f"the MLflow tracking store {uri!r} does not answer: no reply within {CHECK_TIMEOUT_S} s "
+            "(a server that hangs or is overloaded)"
+        )
+    why = _root_cause(exc) if _in_chain(exc, (ConnectionError, socket.gaierror)) else _first_line(exc)
+    return UserError(f"cannot reach the MLflow tracking store {uri!r}: {why}")
+
+
+def _in_chain(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> bool:
+    return any(isinstance(e, kinds) for e in exception_chain(exc))
+
+
+def _check_host_resolves(uri: str) -> None:
+    """:class:`TrackingUnavailable` when the host name of server ``uri`` does not resolve within
+    :data:`CHECK_TIMEOUT_S` (a resolver that does not answer), :class:`UserError` when it is unknown.
+    The lookup runs in a thread of its own: no socket timeout bounds it."""
+    host = store_host(uri)
+    if host is None:
+        return
+    outcome: list[BaseException | None] = []
+
+    def resolve() -> None:
+        try:
+            socket.getaddrinfo(host, None)
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=resolve, name="mrbench-resolve", daemon=True)
+    thread.start()
+    thread.join(CHECK_TIMEOUT_S)
+    if not outcome:
+        raise TrackingUnavailable(
+            f"the MLflow tracking store {uri!r} does not answer: its host name {host!r} did not resolve "
+            f"within {CHECK_TIMEOUT_S} s"
+        )
+    if outcome[0] is not None:
+        why = f"host {host!r} not found ({outcome[0]})"
+        raise UserError(f"cannot reach the MLflow tracking store {uri!r}: {why}")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -140,15 +258,18 @@ class RetryingClient:
     ``client.log_batch(...)`` (any ``MlflowClient`` method) runs the call; when it fails for a
     transient reason (:func:`is_transient`) it is tried again after 1, 2, 4, 5, 5, ... s
     until ``retry_s`` seconds have passed since its first failure, then
-    :class:`TrackingUnavailable` is raised. Other errors are raised at once. MLflow's own
-    per-request retries are off inside these calls, so the bound is this one: a call ends at most
-    ``retry_s`` plus one request timeout (``MLFLOW_HTTP_REQUEST_TIMEOUT``) after it first failed.
+    :class:`TrackingUnavailable` is raised. A disk or database fault is raised at once as
+    :class:`StoreFault`, other lasting errors as they are. MLflow's own per-request retries are off
+    inside these calls, so the bound is this one, and each request times out within what is left of
+    it (:func:`_request_timeout`: 2 s at least, :data:`REQUEST_TIMEOUT_S` at most): a call ends at
+    most ``retry_s`` plus two request timeouts after it started, however the server fails.
     One warning is logged when a call starts failing and one when the store answers again.
     """
 
     def __init__(self, tracking_uri: str, retry_s: float | None = None, *, mlflow: Any = None) -> None:
         from mlflow.tracking import MlflowClient
 
+        note_store(tracking_uri)
         self.tracking_uri = tracking_uri
         self.retry_s = tracking_retry_s(retry_s)
         self.mlflow = mlflow if mlflow is not None else MlflowClient(tracking_uri=tracking_uri)
@@ -174,12 +295,12 @@ class RetryingClient:
         first_failure: float | None = None
         attempt = 0
         while True:
+            left = self.retry_s - (0.0 if first_failure is None else time.monotonic() - first_failure)
             try:
-                with _mlflow_http_settings(max_retries=0):
+                with _mlflow_http_settings(max_retries=0, timeout=_request_timeout(left)):
                     result = method(*args, **kwargs)
             except Exception as exc:
-                if not is_transient(exc):
-                    raise
+                self._raise_unless_transient(exc)
                 now = time.monotonic()
                 if first_failure is None:
                     first_failure = now
@@ -208,6 +329,25 @@ class RetryingClient:
                     time.monotonic() - first_failure,
                 )
             return result
+
+    def _raise_unless_transient(self, exc: Exception) -> None:
+        """Re-raise ``exc`` unless a retry may help: a disk or database fault as :class:`StoreFault`
+        (one line naming the file), any other lasting error as it is."""
+        cause = fault_cause(exc, sqlite_path(self.tracking_uri))
+        if cause is not None:
+            raise StoreFault(store_fault_message(self.tracking_uri, cause)) from exc
+        if not is_transient(exc):
+            raise exc
+
+
+def _request_timeout(left_s: float) -> int:
+    """Seconds one request may wait for its answer when ``left_s`` of the retry bound are left:
+    that, within [2 s, :data:`REQUEST_TIMEOUT_S` or ``$MLFLOW_HTTP_REQUEST_TIMEOUT``]."""
+    try:
+        longest = int(_process_setting(_TIMEOUT_ENV) or REQUEST_TIMEOUT_S)
+    except ValueError:
+        longest = REQUEST_TIMEOUT_S
+    return max(_MIN_REQUEST_TIMEOUT_S, min(longest, math.ceil(left_s)))
 
 
 def ensure_experiment(name: str, tracking_uri: str, *, client: Any = None) -> str:

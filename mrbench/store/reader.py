@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from mrbench.store.faults import fault_cause, store_fault_message
 from mrbench.store.uri import local_path, run_artifacts_folder, sqlite_path
 
 History = tuple[np.ndarray, np.ndarray]
@@ -234,10 +235,19 @@ Reader = SqliteReader | ClientReader
 
 
 def open_reader(tracking_uri: str, kind: str = "auto") -> Reader:
-    """The fastest reader for ``tracking_uri``: ``"sql"`` for sqlite stores, else ``"client"``."""
+    """The fastest reader for ``tracking_uri``: ``"sql"`` for sqlite stores, else ``"client"``.
+
+    A sqlite store that is damaged (or cannot be read for a disk fault) is a
+    :class:`~mrbench.store.client.StoreFault` naming the file; one whose tables are not what the SQL
+    reader expects (another MLflow version) is read through the client.
+    """
+    from mrbench.store.client import StoreFault, note_store
+
     if kind not in ("auto", "sql", "client"):
         raise ValueError(f"reader kind must be auto, sql or client, got {kind!r}")
-    if kind != "client" and sqlite_path(tracking_uri) is not None:
+    note_store(tracking_uri)
+    db = sqlite_path(tracking_uri)
+    if kind != "client" and db is not None:
         try:
             reader = SqliteReader(tracking_uri)
             reader._db.execute("SELECT workspace FROM experiments LIMIT 1").fetchall()
@@ -245,7 +255,10 @@ def open_reader(tracking_uri: str, kind: str = "auto") -> Reader:
                 "SELECT run_uuid, key, value, is_nan, step FROM latest_metrics LIMIT 1"
             ).fetchall()
             return reader
-        except (sqlite3.Error, FileNotFoundError):
+        except (sqlite3.Error, FileNotFoundError) as exc:
+            cause = fault_cause(exc, db)
+            if cause is not None:
+                raise StoreFault(store_fault_message(tracking_uri, cause)) from None
             if kind == "sql":
                 raise
     return ClientReader(tracking_uri)

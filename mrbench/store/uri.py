@@ -64,6 +64,20 @@ def local_path(location: str) -> Path | None:
     return None
 
 
+def store_host(uri: str) -> str | None:
+    """The host name of a tracking server's ``http://`` or ``https://`` URI; None for any other URI.
+
+    >>> store_host("http://MLFLOW_HOST:5000")
+    'MLFLOW_HOST'
+    >>> store_host("sqlite:////r/mlflow.db") is None
+    True
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        return None
+    return parsed.netloc.rpartition("@")[2].rsplit(":", 1)[0].strip("[]") or None
+
+
 def is_local_store(uri: str) -> bool:
     """Whether ``uri`` is a store on this machine's disk (sqlite, ``file:`` or a plain path)."""
     return uri.startswith("sqlite:") or local_path(uri) is not None
