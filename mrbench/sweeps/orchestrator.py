@@ -141,7 +141,7 @@ def run_sweep(
     if dry_run:
         _print_dry_run(spec, grid, uri, write_report, console)
         return outcome
-    store = _open_store(spec.name, uri, outcome)
+    store = _open_store(spec, uri, outcome)
     todo = _plan_cells(spec, grid, store, outcome, console)
     cell_fn, workers = _check_cells(spec, todo, cell_fn)
     parent = start_parent_run(
@@ -195,23 +195,27 @@ def _with_cell_options(grid: Grid, spec: SweepSpec) -> Grid:
 
 
 def _print_dry_run(spec: SweepSpec, grid: Grid, uri: str, report: bool, console: Any) -> None:
-    """``--dry-run``: the grid with each cell's state in the store (if any), and what the lab would run."""
-    print_grid(console, grid, peek_states(uri, spec.name, grid.cells))
+    """``--dry-run``: the grid with each cell's state in a store on this disk (if any), and what the
+    lab would run. A server is not contacted: a dry run needs no store, and one that hangs must not
+    hang it."""
+    from mrbench.store.uri import is_local_store
+
+    print_grid(console, grid, peek_states(uri, spec.name, grid.cells) if is_local_store(uri) else None)
     _describe_lab(spec, report, console)
     console.print(
         f"dry run: {len(grid.cells)} cells, nothing was run (store {uri}, experiment {spec.name!r})"
     )
 
 
-def _open_store(name: str, uri: str, outcome: SweepOutcome) -> _Store:
-    """The store, checked reachable, with the sweep's experiment (created if new)."""
-    from mlflow.tracking import MlflowClient
-
-    from mrbench.store.client import check_tracking_reachable, ensure_experiment
+def _open_store(spec: SweepSpec, uri: str, outcome: SweepOutcome) -> _Store:
+    """The store, checked reachable, with the sweep's experiment (created if new). The sweep's own
+    client rides out an outage for the sweep's ``tracking_retry_s`` (else ``$MRBENCH_TRACKING_RETRY_S``,
+    else 300 s), as its cells do, and no request of it waits for a server longer than that allows."""
+    from mrbench.store.client import RetryingClient, check_tracking_reachable, ensure_experiment
 
     check_tracking_reachable(uri)
-    client = MlflowClient(tracking_uri=uri)
-    outcome.experiment_id = ensure_experiment(name, uri)
+    client = RetryingClient(uri, spec.tracking_retry_s)
+    outcome.experiment_id = ensure_experiment(spec.name, uri, client=client)
     return _Store(uri, client, outcome.experiment_id)
 
 
