@@ -6,7 +6,9 @@ Exit codes and messages (:func:`main`):
   error, printed as one line ``error: unexpected <type>: …``;
 - 2 a usage error (a bad option value, an unknown option or command, a missing option; bare
   ``mrbench`` prints the help) or any :class:`mrbench.core.errors.UserError` (unknown names, bad
-  values, bad files, plugins that cannot be loaded), printed as ``error: …``, never a traceback;
+  values, bad files, plugins that cannot be loaded), and a disk or database fault (a full disk, a
+  file size limit, a damaged store: the file and the cause), printed as ``error: …``, never a
+  traceback;
 - 128 + signal when stopped: 130 Ctrl-C (SIGINT), 143 SIGTERM (``timeout``, SLURM, ``docker
   stop``, Kubernetes), 129 SIGHUP (:mod:`mrbench.core.interrupts`).
 
@@ -140,10 +142,23 @@ def _run(cli: typer.Typer) -> int | str | None:
             return int(exc.exit_code)  # type: ignore[attr-defined]
         if show_tracebacks():
             traceback.print_exc()
+        fault = _disk_or_database_fault(exc)
+        if fault is not None:  # a full disk, a file size limit, a damaged store: the user's to fix
+            _say(f"error: {fault}")
+            return 2
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
         hint = "" if show_tracebacks() else " (mrbench --traceback prints the traceback for a bug report)"
         _say(f"error: unexpected {type(exc).__name__}: {first}{hint}")
         return 1
+
+
+def _disk_or_database_fault(exc: Exception) -> str | None:
+    """One line naming the file and the cause when ``exc`` is a disk or database fault (a full disk,
+    a file size limit, a damaged ``mlflow.db``: :mod:`mrbench.store.faults`), else None."""
+    from mrbench.store.client import store_in_use
+    from mrbench.store.faults import describe_fault
+
+    return describe_fault(exc, store_in_use())
 
 
 def _one_line_warnings(previous: Any) -> Any:
