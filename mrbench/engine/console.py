@@ -11,6 +11,9 @@ mrbench's own output (progress, tables, results) goes to :func:`terminal`: the s
 when the outermost capture began. With ``--verbose`` (``$MRBENCH_VERBOSE``) the captured output
 is also copied there as it comes.
 
+:func:`command_log_path` names the log of a command that runs no cell (``mrbench eval``, ``mrbench
+ui``'s server), under ``<results>/logs``.
+
 :func:`cell_output` is a cell's capture (:func:`mrbench.engine.runner.run_cell`): the log is
 ``<results>/checkpoints/<run key>/cell.log`` (:func:`cell_log_path`), the progress of the cell's
 long steps is kept beside it for a sweep's table (:mod:`mrbench.engine.phases`), and the log is
@@ -26,6 +29,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +44,7 @@ VERBOSE_ENV = "MRBENCH_VERBOSE"
 """``1``: show captured library output live (``--verbose``); worker processes inherit it."""
 CELL_LOG_NAME = layout.CELL_LOG_ARTIFACT.rpartition("/")[2]  # cell.log
 UPLOAD_RETRY_S = 10.0  # the log is worth a short wait for the store, not the cell's full retry bound
+LOGS_DIR = "logs"  # <results>/logs: the logs of commands that run no cell (command_log_path)
 TEE_JOIN_S = 2.0  # a child process that keeps the pipe open must not hang the end of a capture
 
 
@@ -51,6 +56,31 @@ def verbose() -> bool:
 def set_verbose() -> None:
     """Turn verbose on for this process and the worker processes it starts."""
     os.environ[VERBOSE_ENV] = "1"
+
+
+def command_log_path(command: str) -> Path:
+    """``<results>/logs/<command>-<time>-<pid>.log``: where the library output of a command that
+    runs no cell goes (``mrbench eval``, the server of ``mrbench ui``); the folder is created,
+    :class:`OSError` or :class:`~mrbench.core.errors.UserError` when it cannot be."""
+    from mrbench.store.local import results_dir
+
+    folder = results_dir() / LOGS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+
+
+@contextlib.contextmanager
+def command_output(command: str) -> Iterator[Path | None]:
+    """:func:`capture_output` into :func:`command_log_path` (``command``) for the block; yields the
+    log, or None when the results folder cannot hold it (then the output stays on the terminal)."""
+    from mrbench.core.errors import UserError
+
+    with contextlib.ExitStack() as stack:
+        try:
+            path: Path | None = stack.enter_context(capture_output(command_log_path(command)))
+        except (OSError, UserError):
+            path = None
+        yield path
 
 
 def cell_log_path(run_key: str) -> Path:

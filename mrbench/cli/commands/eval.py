@@ -8,6 +8,7 @@ that ``mrbench --help`` stays fast.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -67,6 +68,14 @@ def eval_cmd(
         bool,
         typer.Option("--json", help="Print {model, task, dataset, n, metrics, run_id, wall_s} as JSON."),
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            help="Also show what the libraries print (transformers, lm-eval) as it comes; it is always "
+            "kept in the evaluation's log, results/logs/eval-<time>-<pid>.log, named in the output.",
+        ),
+    ] = False,
 ) -> None:
     """Evaluate a model on a task (greedy; lm-eval, or the episode runner for agent security), as a
     cell evaluates, and log the metrics and per-sample records as one MLflow run.
@@ -88,29 +97,54 @@ def eval_cmd(
         task_params=parse_key_values(task_param or [], flag="--task-param"),
     )
     uri = resolve_tracking_uri(tracking_uri)
-    report = run_logged(spec, tracking_uri=uri, experiment=experiment)
+    report, log_path = run_logged(spec, tracking_uri=uri, experiment=experiment, verbose=verbose)
     if json_output:
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
+        if log_path is not None:  # stdout is the JSON alone
+            typer.echo(f"library output: {log_path}", err=True)
     else:
-        print_report(report, tracking_uri=uri, experiment=experiment)
+        print_report(report, tracking_uri=uri, experiment=experiment, log_path=log_path)
 
 
-def run_logged(spec: EvalSpec, *, tracking_uri: str, experiment: str) -> EvalReport:
-    """Evaluate ``spec`` and log it as one run of ``experiment``; an interrupted evaluation says on
-    stderr that its run is marked KILLED, and re-raises."""
+def run_logged(
+    spec: EvalSpec, *, tracking_uri: str, experiment: str, verbose: bool = False
+) -> tuple[EvalReport, Path | None]:
+    """Evaluate ``spec`` and log it as one run of ``experiment``, with what the libraries print kept
+    in the evaluation's log (:func:`mrbench.engine.console.command_output`; also shown live with
+    ``verbose``); returns the report and the log (None if the results folder cannot hold it).
+
+    An interrupted evaluation says on stderr that its run is marked KILLED, a failed one names its
+    log; both re-raise (a :class:`UserError` is the one line the CLI prints)."""
+    from mrbench.core.errors import UserError
+    from mrbench.engine import console
     from mrbench.engine.evaluation import run_eval
 
+    if verbose:
+        console.set_verbose()
+    log_path = None
     try:
-        return run_eval(spec, tracking_uri=tracking_uri, experiment=experiment)
+        with console.command_output("eval") as log_path:
+            return run_eval(spec, tracking_uri=tracking_uri, experiment=experiment), log_path
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (mrbench.core.interrupts)
         typer.echo(
-            f"\neval interrupted: its MLflow run (if started) is marked KILLED in {tracking_uri}", err=True
+            f"\neval interrupted: its MLflow run (if started) is marked KILLED in {tracking_uri}"
+            + (f"; library output: {log_path}" if log_path else ""),
+            err=True,
         )
+        raise
+    except UserError:
+        raise
+    except Exception:
+        if log_path is not None:
+            typer.echo(f"the evaluation failed; library output: {log_path}", err=True)
         raise
 
 
-def print_report(report: EvalReport, *, tracking_uri: str, experiment: str) -> None:
-    """Print what was evaluated and where it was logged, then one row per metric (the primary marked)."""
+def print_report(
+    report: EvalReport, *, tracking_uri: str, experiment: str, log_path: Path | None = None
+) -> None:
+    """Print what was evaluated and where it was logged, then one row per metric (the primary
+    marked), then where the libraries' output is (``log_path``, if any)."""
     of = f" (checkpoint of run {report.eval_of})" if report.eval_of else ""
     typer.echo(
         f"{report.model}{of} on {report.task}/{report.dataset or '-'}: {report.n} samples in "
@@ -120,6 +154,8 @@ def print_report(report: EvalReport, *, tracking_uri: str, experiment: str) -> N
     for name in sorted(report.metrics):
         mark = "  ← primary" if name == report.primary_metric else ""
         typer.echo(f"{name:<28}{report.metrics[name]:>10.3f}{mark}")
+    if log_path is not None:
+        typer.echo(f"library output: {log_path}")
 
 
 def register(app: typer.Typer) -> None:
