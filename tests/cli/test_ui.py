@@ -191,3 +191,105 @@ def test_unknown_sweep_is_a_user_error_naming_it(tmp_path: Path, results: str) -
 def test_sweep_on_an_unreachable_server_fails_fast() -> None:
     result = CliRunner().invoke(app, ["ui", "s", "--tracking-uri", f"http://{HOST}:{free_port()}"])
     assert isinstance(result.exception, UserError) and "cannot reach" in str(result.exception)
+
+
+# --- the terminal and the stop signals (a stand-in server: tests/cli/fake_ui_cli.py) ------------
+
+FAKE_UI_CLI = Path(__file__).with_name("fake_ui_cli.py")
+
+
+def _start_fake_ui(tmp_path: Path, *args: str, sigint_ignored: bool = False) -> tuple[subprocess.Popen, int]:
+    """``mrbench ui ARGS`` with the stand-in server, once it answers; SIGINT ignored from the start
+    with ``sigint_ignored``, as in a background job of a non-interactive shell (``mrbench ui &``)."""
+    from cli_procs import default_stop_signals
+
+    from mrbench.engine import console
+
+    def signals() -> None:
+        default_stop_signals()
+        if sigint_ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    port = free_port()
+    env = {**os.environ, "MRBENCH_RESULTS": str(tmp_path / "results")}
+    env.pop(console.VERBOSE_ENV, None)
+    uri = f"sqlite:///{tmp_path / 'none' / 'mlflow.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKE_UI_CLI), "ui", "--port", str(port), "--tracking-uri", uri, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=signals,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{port}/probe", timeout=2):
+                return proc, port
+        except OSError:
+            time.sleep(0.2)
+    _kill(proc)
+    pytest.fail(f"the stand-in server did not answer: {proc.communicate()}")
+
+
+def _kill(proc: subprocess.Popen, server: tuple[int, ...] | list[int] = ()) -> None:
+    for pgid in (proc.pid, *server):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def test_ui_prints_its_own_lines_and_logs_the_servers_output(tmp_path: Path) -> None:
+    """The server's output (its start, a library warning, each request) goes to a log named in the
+    output, not to the terminal; ``--verbose`` shows it live as well."""
+    from fake_ui_cli import STARTED, WARNING
+
+    proc, port = _start_fake_ui(tmp_path)
+    try:
+        time.sleep(0.5)  # the access-log line of the request is written
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        _kill(proc)
+    shown = out + err
+    assert proc.returncode == 143, shown
+    assert not [n for n in (STARTED, WARNING, "GET /probe") if n in shown], shown
+    assert f"http://{HOST}:{port}" in out and "stopping the MLflow UI" in out
+    (named,) = [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("server output: ")]
+    log = Path(named)
+    assert log.parent == tmp_path / "results" / "logs", out
+    assert all(n in log.read_text() for n in (STARTED, WARNING, "GET /probe")), log.read_text()
+
+    proc, _port = _start_fake_ui(tmp_path, "--verbose")
+    try:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        _kill(proc)
+    assert all(n in out + err for n in (STARTED, WARNING, "GET /probe")), out + err
+
+
+def test_sigint_stops_a_ui_that_inherited_it_ignored(tmp_path: Path) -> None:
+    """``mrbench ui &`` in a script starts with SIGINT ignored; ``kill -INT`` still stops it and its
+    server, as SIGTERM and SIGHUP do."""
+    from cli_procs import descendants, in_group
+
+    proc, _port = _start_fake_ui(tmp_path, sigint_ignored=True)
+    server = descendants(proc.pid)
+    try:
+        assert server
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, out + err
+        assert "stopping the MLflow UI" in out
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(in_group(pid) for pid in server):
+            time.sleep(0.2)
+        assert not [pid for pid in server if in_group(pid)]  # the server (its own group) is gone too
+    finally:
+        _kill(proc, server)

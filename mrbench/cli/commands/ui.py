@@ -17,6 +17,7 @@ What the URL it prints opens, and why (MLflow 3.17's UI):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,7 +27,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Annotated, Any
+from collections.abc import Iterator
+from typing import Annotated, Any, TextIO
 
 import typer
 
@@ -35,6 +37,7 @@ from mrbench.store.uri import missing_sqlite_store
 
 HOST = "127.0.0.1"  # loopback only: the UI has no authentication
 TRAINING_VIEW = "workflowType=machine_learning"  # the UI's Model-training pages, not GenAI's
+READY_WAIT_S = 60.0  # how long the first line waits for the server before naming the page anyway
 VIEW_NAME = "mrbench: compare methods"  # the comparison view's name in the UI's Views menu
 _RUN_NAME_COLUMN = "attributes.`Run Name`"  # the runs table's column id (MLflow 3.17)
 
@@ -207,6 +210,14 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."),
         ] = None,
+        verbose: Annotated[
+            bool,
+            typer.Option(
+                "--verbose",
+                help="Also show what the server prints (its requests, MLflow's messages) as it comes; it "
+                "is always kept in its log, results/logs/ui-<time>-<pid>.log, named in the output.",
+            ),
+        ] = False,
     ) -> None:
         """Start the MLflow UI on the tracking store, opened on SWEEP's cells and their primary
         metric (Ctrl-C stops it)."""
@@ -227,30 +238,77 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--port {port} is not a valid port (1-65535)")
         if not port_free(port):
             raise UserError(f"port {port} on {HOST} is in use; pick another with --port")
-        url = f"http://{HOST}:{port}"
+        serve(uri, port, sweep, verbose=verbose)
+
+
+def serve(uri: str, port: int, sweep: str | None, *, verbose: bool = False) -> None:
+    """Serve store ``uri`` on ``127.0.0.1:port`` until stopped, opened on ``sweep``'s comparison.
+
+    mrbench's own lines go to the terminal; what MLflow and the server print (its requests, its
+    warnings) goes to the log (:func:`mrbench.engine.console.command_output`), also shown live with
+    ``verbose``. Ctrl-C, SIGTERM and SIGHUP stop the server, and SIGINT also when the process
+    inherited it ignored (a background job of a shell): see :func:`sigint_stops`.
+    """
+    from mrbench.core.errors import UserError
+    from mrbench.engine import console
+
+    if verbose:
+        console.set_verbose()
+    url = f"http://{HOST}:{port}"
+    with sigint_stops(), console.command_output("ui") as log_path:
+        out = console.terminal()
         page = comparison_page(uri, url, sweep)
         # Own process group: `mlflow ui` starts server and worker children, and stopping must end
         # them all. Ctrl-C, SIGTERM and SIGHUP all arrive here as KeyboardInterrupt
         # (mrbench.core.interrupts, installed by mrbench.cli.app.main).
         proc = subprocess.Popen(ui_command(uri, port), env=ui_env(), start_new_session=True)
         try:
-            typer.echo(f"MLflow UI for {uri}: {url}  (starting; Ctrl-C to stop)")
-            if wait_until_up(url, proc):
-                typer.echo(f"ready: {page}")
+            typer.echo(f"MLflow UI for {uri}: {url}  (starting; Ctrl-C to stop)", file=out)
+            if log_path is not None:
+                typer.echo(f"server output: {log_path}", file=out)
+            if wait_until_up(url, proc, READY_WAIT_S):
+                typer.echo(f"ready: {page}", file=out)
             elif proc.poll() is not None:
-                raise UserError(f"the MLflow UI exited with code {proc.returncode}; see the output above")
+                where = f"see {log_path}" if log_path is not None else "see the output above"
+                raise UserError(f"the MLflow UI exited with code {proc.returncode}; {where}")
+            else:  # a loaded machine: say where to go rather than nothing at all
+                typer.echo(f"not answering after {READY_WAIT_S:.0f}s, still starting: {page}", file=out)
             proc.wait()
         except KeyboardInterrupt:
-            _say("stopping the MLflow UI")
+            _say("stopping the MLflow UI", out)
             raise
         finally:
             stop_group(proc)
 
 
-def _say(message: str) -> None:
-    """Print ``message``; a terminal that went away (SIGHUP) must not keep the server from stopping."""
+@contextlib.contextmanager
+def sigint_stops() -> Iterator[None]:
+    """Within the block, SIGINT stops the command even where it was inherited as ignored.
+
+    A background job of a non-interactive shell (``mrbench ui &`` in a script) starts with SIGINT
+    ignored, and :mod:`mrbench.core.interrupts` keeps an inherited ignore; but a server left
+    serving after ``kill -INT`` is a surprise, so here SIGINT gets what SIGTERM has (the handler
+    that raises ``KeyboardInterrupt``). SIGHUP stays as inherited: ``nohup mrbench ui`` is meant
+    to outlive its terminal.
+    """
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    handler = signal.getsignal(signal.SIGTERM)
+    if not callable(handler):  # not under mrbench.cli.app.main: Python's own Ctrl-C handler
+        handler = signal.default_int_handler
+    signal.signal(signal.SIGINT, handler)
     try:
-        typer.echo(message)
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _say(message: str, out: TextIO | None = None) -> None:
+    """Print ``message`` (on ``out``, default stdout); a terminal that went away (SIGHUP) must not
+    keep the server from stopping."""
+    try:
+        typer.echo(message, file=out)
     except OSError:
         pass
 
