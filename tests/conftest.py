@@ -13,8 +13,9 @@ from mrbench.engine.pretrained import MODEL_MARKER
 from mrbench.engine.tiny import TINY_TASK_SETTINGS, TinyPreset, build_tiny_model
 
 # Tests keep their network traffic on loopback. A local Ray (2.60) otherwise binds the machine's
-# network address; this switch, read once when Ray is imported, keeps it on 127.0.0.1. The opt-in
-# two-node cluster test (tests/sweeps/test_ray_executor.py) needs the network address.
+# network address; this switch, read once when Ray is imported, keeps it on 127.0.0.1. The
+# two-node cluster cases (tests/sweeps/ray_cluster_cases.py, run in a network namespace by
+# tests/sweeps/test_ray_cluster.py) need the network address.
 if os.environ.get("MRBENCH_TEST_RAY_CLUSTER") != "1":
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
