@@ -127,6 +127,7 @@ def _runs(uri: str, experiment: str) -> list:
     return client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
 
 
+@pytest.mark.slow  # over 20 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_run_trains_a_plugin_method_on_a_plugin_task(plugin_env, micro_model_dir, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     env = {**plugin_env, "MRBENCH_RESULTS": str(tmp_path / "results")}
@@ -145,6 +146,7 @@ def test_run_trains_a_plugin_method_on_a_plugin_task(plugin_env, micro_model_dir
     assert "adv/abs_mean" in run.data.metrics and "eval/exact_match" in run.data.metrics
 
 
+@pytest.mark.slow  # over 20 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_sweep_over_plugin_methods_and_tasks(plugin_env, micro_model_dir, tmp_path):
     """Entry-point names and ``module:attr`` paths as axes; every cell FINISHED, recorded by the
     name the user gave (run key included)."""

@@ -192,6 +192,8 @@ class CellClaim:
         if self._fd is not None:
             self.path.unlink(missing_ok=True)  # while still held: see _lock
             os.close(self._fd)
+            with contextlib.suppress(OSError):  # a folder the lock alone kept (CellFolder.clear_pending)
+                self.path.parent.rmdir()
 
 
 def _running_runs(client: Any, experiment_id: str, run_key: str) -> list[Any]:

@@ -169,6 +169,7 @@ def _final_dir(results: Path, model_dir: Path) -> Path:
     return results / "checkpoints" / spec.run_key() / "final"
 
 
+@pytest.mark.slow  # over 20 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_server_restart_mid_run_loses_no_step(server, micro_model_dir, tmp_path):
     """The issue's case: the server is down for 10 s while the cell trains (killed, then started again)."""
     results = tmp_path / "results"
@@ -194,6 +195,7 @@ def test_server_restart_mid_run_loses_no_step(server, micro_model_dir, tmp_path)
     assert not (final.parent / "pending").exists()
 
 
+@pytest.mark.slow  # over 20 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_outage_past_the_bound_keeps_the_cell_and_a_rerun_finishes_it(server, micro_model_dir, tmp_path):
     results = tmp_path / "results"
     args = _run_args(micro_model_dir, server.uri, "past-bound", "--tracking-retry-s", "2")

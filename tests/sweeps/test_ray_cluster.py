@@ -103,6 +103,7 @@ def _run_cases_in_a_namespace(marker: str, tmp_path: Path) -> None:
     assert not left, f"processes left in the namespace after the cases: {left}\n{output[-3000:]}"
 
 
+@pytest.mark.slow  # over 20 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_two_node_ray_cluster_in_a_network_namespace_of_its_own(tmp_path: Path) -> None:
     """The cluster's default cases: a sweep over both nodes, a Ray worker killed mid-cell."""
     _run_cases_in_a_namespace("not slow", tmp_path)

@@ -306,6 +306,7 @@ def check_each_cell_ran_once(store: str, name: str, results: list[tuple[int, str
     return bool(ran[0] and ran[1])
 
 
+@pytest.mark.slow  # over 20 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_two_sweeps_started_together_run_each_cell_once(store: str) -> None:
     names = [f"together-{i}" for i in range(3)]
     overlapped = [check_each_cell_ran_once(store, name, start_two(store, name)) for name in names]

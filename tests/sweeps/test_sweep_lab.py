@@ -13,7 +13,7 @@ from rich.console import Console
 from sweep_testing import small
 
 from mrbench.core import layout
-from mrbench.core.errors import UnknownNameError, UserError
+from mrbench.core.errors import UserError
 from mrbench.lab.presets import PRESETS as LAB_PRESETS
 from mrbench.sweeps.orchestrator import run_sweep
 from mrbench.sweeps.spec import PRESETS, SweepSpec, build_sweep_spec
@@ -70,8 +70,9 @@ def test_every_preset_runs_every_lab_scenario_and_yaml_can_turn_it_off(tmp_path:
 def test_unknown_scenarios_and_bad_seed_counts_are_user_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("lab: [scale, scael]\n", encoding="utf-8")
-    with pytest.raises(UnknownNameError, match="scael"):
+    with pytest.raises(UserError, match="scael") as caught:  # names the file and the key
         build_sweep_spec(config=bad)
+    assert str(bad) in str(caught.value) and "'lab'" in str(caught.value)
     seeds = tmp_path / "seeds.yaml"
     seeds.write_text("lab_seeds: 0\n", encoding="utf-8")
     with pytest.raises(UserError, match="lab_seeds"):
