@@ -51,6 +51,7 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+@pytest.mark.slow  # over 15 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_sigterm_to_run_marks_its_run_killed_and_exits_143(
     micro_model_dir: Path, store: str, tmp_path: Path
 ) -> None:

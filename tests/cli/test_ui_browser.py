@@ -81,6 +81,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow  # over 15 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_ui_page_shows_the_cells_and_their_primary_metric(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

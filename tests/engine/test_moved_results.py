@@ -84,6 +84,7 @@ def _recorded_locations(results: Path) -> set[str]:
     return {value for (value,) in rows}
 
 
+@pytest.mark.slow  # over 15 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_a_moved_results_folder_reports_and_resumes(tmp_path: Path) -> None:
     work = tmp_path / "work"  # the working directory: reports/<sweep> goes here
     work.mkdir()

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 # Each child imports mrbench first (the slow part), then waits for the go file, so that all of
@@ -19,6 +20,8 @@ from mlflow.tracking import MlflowClient
 CHILD = """
 import sys, time
 from pathlib import Path
+import pytest
+
 from mrbench.store.client import check_tracking_reachable
 go = Path(sys.argv[2])
 Path(sys.argv[3]).touch()
@@ -28,6 +31,7 @@ check_tracking_reachable(sys.argv[1])
 """
 
 
+@pytest.mark.slow  # over 15 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_processes_opening_a_new_store_together_all_succeed(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     go = tmp_path / "go"

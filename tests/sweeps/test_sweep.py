@@ -301,6 +301,7 @@ def test_worker_process_failure_is_recorded(store: str, monkeypatch: pytest.Monk
     assert "scripted failure" in (by_label["gdpo|tool-calling|tiny|s0"].error or "")
 
 
+@pytest.mark.slow  # over 15 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_sigkill_mid_cell_then_rerun_finishes_each_cell_exactly_once(store: str) -> None:
     env = {**os.environ, "MRBENCH_FAKE_CELL_SECONDS": "1.5"}
     proc = subprocess.Popen(

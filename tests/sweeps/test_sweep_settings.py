@@ -91,6 +91,7 @@ def options_cell(spec: RunSpec, **kwargs: Any) -> Any:
     return fake_cell(spec, **kwargs)
 
 
+@pytest.mark.slow  # over 15 s: in .ci/run's slow command, keeping the default suite under 20 min
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_sweep_hands_each_cell_its_options(
     store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
