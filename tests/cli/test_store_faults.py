@@ -6,10 +6,8 @@ from __future__ import annotations
 import errno
 import io
 import os
-import socket
 import sqlite3
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ import pytest
 import typer
 from cli_procs import run_mrbench
 from fakes import fake_resolve_spec
+from hanging import HangingServer
 from rich.console import Console
 
 from mrbench.cli import app as cli_app
@@ -26,30 +25,11 @@ from mrbench.sweeps.orchestrator import run_sweep
 from mrbench.sweeps.spec import SweepSpec
 
 
-class _Hanging:
-    """A port on 127.0.0.1 that accepts connections and never answers; counts them."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.uri = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.accepted: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                self.accepted.append(self.sock.accept()[0])
-            except OSError:
-                return
-
-
 @pytest.fixture
-def hanging() -> Iterator[_Hanging]:
-    server = _Hanging()
+def hanging() -> Iterator[HangingServer]:
+    server = HangingServer()
     yield server
-    server.sock.close()
-    for conn in server.accepted:
-        conn.close()
+    server.close()
 
 
 def _one_line_error(stderr: str) -> str:
