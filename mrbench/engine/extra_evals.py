@@ -60,6 +60,7 @@ from mrbench.engine.evaluation import (
     task_settings,
     with_pass_at_k,
 )
+from mrbench.engine.threads import use_threads_for
 from mrbench.engine.tracking import RunLog
 from mrbench.store.client import RetryingClient
 
@@ -202,6 +203,7 @@ class _Evaluator:
         """The base model's results on ``datasets`` (``spec``'s model, task and eval limit)."""
         from mrbench.engine.models import mixed_precision, prepare_model
 
+        use_threads_for(spec.model)
         path = prepare_model(spec.model)
         limit = spec.train.eval_limit
         out, todo = {}, []

@@ -64,6 +64,7 @@ from mrbench.engine.distributed import is_main_process, rank_client, rank_folder
 from mrbench.engine.evaluation import evaluate_model, load_policy
 from mrbench.engine.grpo_setup import grpo_config, train_dataset
 from mrbench.engine.run_guard import ends_run_on_error
+from mrbench.engine.threads import use_threads_for
 from mrbench.engine.tracking import RunLog
 from mrbench.store.claims import holder_tags
 from mrbench.store.client import RetryingClient, TrackingUnavailable, ensure_experiment
@@ -363,6 +364,7 @@ def _load_policy(run: _CellRun) -> _Policy:
 
     from mrbench.engine.models import prepare_model
 
+    use_threads_for(run.spec.model)  # before the model is built or loaded (mrbench.engine.threads)
     t0 = time.perf_counter()
     path = prepare_model(run.spec.model)
     run.prepare_s = time.perf_counter() - t0

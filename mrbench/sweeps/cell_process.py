@@ -27,10 +27,10 @@ from typing import Any
 
 from mrbench.core.errors import UserError
 from mrbench.core.registry import import_target
+from mrbench.engine.threads import apply_threads
 from mrbench.sweeps.cell import Cell, CellContext
 
 EXIT_FINISHED, EXIT_FAILED, EXIT_KILLED = 0, 1, 130
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -123,14 +123,12 @@ def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
     KeyboardInterrupt propagates (the cell function has ended its run KILLED).
     """
     threads = int(payload.get("threads") or 0)
-    if threads:
-        for var in THREAD_VARS:
-            os.environ[var] = str(threads)
+    if threads:  # before the cell function imports torch: its pool starts at this size
+        apply_threads(threads, given=True)
     spec_cls = import_target(payload["spec_class"])
     cell_fn = import_target(payload["cell_fn"])
-    if threads and "torch" in sys.modules:
-        # The real cell function imports torch; cap its intra-op pool to this worker's share of cores.
-        sys.modules["torch"].set_num_threads(threads)
+    if threads:  # a cell function module that imported torch already: resize its pool
+        apply_threads(threads, given=True)
     spec = spec_cls.from_dict(payload["spec"])
     started = time.perf_counter()
     kwargs = {

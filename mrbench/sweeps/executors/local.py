@@ -22,8 +22,9 @@ from typing import Any
 
 from mrbench.engine.console import verbose
 from mrbench.engine.devices import pin_for_cell
+from mrbench.engine.threads import thread_env, threads_for
 from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
-from mrbench.sweeps.cell_process import EXIT_FINISHED, EXIT_KILLED, THREAD_VARS, cell_payload
+from mrbench.sweeps.cell_process import EXIT_FINISHED, EXIT_KILLED, cell_payload
 from mrbench.sweeps.progress import SweepProgress
 
 STOP_GRACE_S = 30.0  # how long a stopped worker may take to end its run KILLED before SIGKILL
@@ -65,14 +66,6 @@ def run_sequential(cells: list[Cell], ctx: CellContext, progress: SweepProgress)
         yield outcome
 
 
-def available_cores() -> int:
-    """CPU cores this process may use (affinity-aware)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def slug(text: str) -> str:
     """``text`` safe as a file name.
 
@@ -86,14 +79,12 @@ def run_processes(
     cells: list[Cell], ctx: CellContext, workers: int, progress: SweepProgress
 ) -> Iterator[CellOutcome]:
     """Run up to ``workers`` cells at a time, each in ``python -m mrbench.sweeps.cell_process`` with
-    ``cores // workers`` threads; output goes to ``<log_dir>/<cell>.log``. A cell is claimed just
+    the threads of :func:`mrbench.engine.threads.threads_for` (one for a tiny model, else ``cores //
+    workers``); output goes to ``<log_dir>/<cell>.log``. A cell is claimed just
     before its process starts (one held by another invocation is yielded SKIPPED). On KeyboardInterrupt
     every running child gets one SIGINT (its cell ends KILLED), then SIGKILL after 30 s."""
-    threads = max(1, available_cores() // workers)
     fn_path = callable_path(ctx.cell_fn)
     env = os.environ.copy()
-    for var in THREAD_VARS:
-        env[var] = str(threads)
     env["TOKENIZERS_PARALLELISM"] = "false"
     ctx.log_dir.mkdir(parents=True, exist_ok=True)
     queue = list(cells)
@@ -110,9 +101,10 @@ def run_processes(
                         continue
                     payload = Path(tmp) / f"{cell.key}.json"
                     result = Path(tmp) / f"{cell.key}.result.json"
+                    threads = threads_for(cell.spec.model, workers)
                     payload.write_text(json.dumps(cell_payload(cell, ctx, fn_path, threads, result)))
                     slot = min(set(range(workers)) - {entry[4] for entry in running.values()})
-                    cell_env = dict(env)  # this slot's GPUs only (mrbench.engine.devices)
+                    cell_env = {**env, **thread_env(threads)}  # and this slot's GPUs only (engine.devices)
                     pin_for_cell(cell_env, slot=slot, per_cell=getattr(ctx, "processes_per_cell", 1))
                     log = (ctx.log_dir / f"{slug(cell.label)}-{cell.key}.log").open("wb")
                     # Own session: a terminal Ctrl-C reaches only the sweep, which forwards exactly one
