@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
@@ -477,6 +479,47 @@ def test_values_cross_the_boundary_as_data(sandbox):
     result = sandbox.run(Job(code, tests, "f", names=("g",)))
     assert result.status == "passed", result.detail
     assert result.n_calls == 2 and result.test_time_s is not None and result.test_time_s >= 0
+
+
+def test_work_counts_the_candidates_own_lines_the_same_in_every_run(sandbox):
+    code = textwrap.dedent(
+        """
+        import heapq
+        def f(xs):
+            def twice(v):
+                return 2 * v
+            out = [twice(x) for x in xs]
+            return heapq.nsmallest(2, out)
+        """
+    )
+    tests = "def check(candidate):\n    assert candidate([3, 1, 2]) == [2, 4]\n"
+    first = sandbox.run(Job(code, tests, "f"))
+    assert first.status == "passed", first.detail
+    # f: 3 lines; the comprehension: its line on entry and once per element (4); twice: 1 per
+    # call (3); heapq's pure-Python code is the standard library's work: not counted.
+    assert first.work == 3 + 4 + 3
+    with Sandbox(Limits(timeout_s=3), workers=1) as other:
+        assert other.run(Job(code, tests, "f")).work == first.work
+
+
+def test_the_hash_seed_is_fixed_so_set_order_is_the_same_in_every_sandbox(sandbox):
+    code = "def f():\n    return [hash('mrbench'), list({'ab', 'cd', 'ef', 'gh'})]\n"
+    tests = "def check(candidate):\n    global SEEN\n    SEEN = candidate()\n    assert SEEN[0] == {}\n"
+    with Sandbox(Limits(timeout_s=3), workers=1) as other:
+        for sb in (sandbox, other):
+            result = sb.run(Job(code, tests.format(_hash_with_seed_0("mrbench")), "f"))
+            assert result.status == "passed", result.detail
+
+
+def _hash_with_seed_0(text: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", f"print(hash({text!r}))"],
+        env={"PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout)
 
 
 def test_prelude_classes_and_expression_entry_points(sandbox):

@@ -7,7 +7,7 @@ candidate cannot forge.
 How a run works
 ---------------
 The harness keeps one **zygote** per worker: a small, single-threaded Python process started
-once (``python -I -S mrbench/kit/sandbox/zygote.py --zygote CONFIG``) that loads the
+once (``python -s -S -P mrbench/kit/sandbox/zygote.py --zygote CONFIG``) that loads the
 standard-library modules programs commonly import and forks a persistent **tester** process.
 For every run it compiles the code and forks a fresh **candidate** process:
 
@@ -49,7 +49,8 @@ Isolation, when the harness runs as root (as in CI and on the development machin
   no core dumps; wall-clock deadline; ``PR_SET_NO_NEW_PRIVS`` (no set-uid escalation);
   parent-death signal. Each run has an empty working directory owned by the candidate uid and
   removed afterwards, stdin is ``/dev/null``, the environment is scrubbed (the zygote starts
-  from an empty environment), and the interpreter runs in isolated mode without ``site``.
+  from an environment of one variable, a fixed ``PYTHONHASHSEED``), and the interpreter runs
+  as isolated mode would (no user site, no script folder on the path) and without ``site``.
 
 Wire format
 -----------

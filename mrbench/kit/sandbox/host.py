@@ -132,11 +132,15 @@ class _ZygoteHandle:
             interpreter = _find_python(python, uids[0] if uids else None)
             config = {"uids": uids, "tmpfs_mb": tmpfs_mb}
             self.proc = subprocess.Popen(
-                [interpreter, "-I", "-S", _ZYGOTE_SCRIPT, "--zygote", json.dumps(config)],
+                # -s -S -P and an environment of one variable: isolated as by -I (no user site,
+                # no site, no script folder on the path, no PYTHON* settings of ours) except for
+                # the fixed hash seed, which -I would ignore: it makes set order, and so the
+                # work counted in a candidate, the same in every run.
+                [interpreter, "-s", "-S", "-P", _ZYGOTE_SCRIPT, "--zygote", json.dumps(config)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
-                env={},  # nothing of the harness's environment (tokens, keys) reaches a candidate
+                env={"PYTHONHASHSEED": "0"},  # nothing of the harness's environment reaches a candidate
                 cwd="/",
                 start_new_session=True,
             )

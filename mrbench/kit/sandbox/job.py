@@ -58,14 +58,18 @@ class Result:
 
     ``test_time_s``: seconds the tests spent waiting on the candidate's functions (measured by
     the tester around each call, so IPC is included and module loading is not); None unless
-    the tests ran. ``wall_s``: seconds from fork to verdict. ``stdout``/``stderr``: the last
-    ``Limits.output_bytes`` of the candidate's output, decoded leniently.
+    the tests ran. ``work``: line events the tests' calls executed in the candidate's own code
+    (deterministic, unlike the time: see :mod:`.candidate`); None unless the tests ran, or when
+    the code replaced the trace function. ``wall_s``: seconds from fork to verdict.
+    ``stdout``/``stderr``: the last ``Limits.output_bytes`` of the candidate's output, decoded
+    leniently.
     """
 
     status: str
     detail: str = ""
     test_time_s: float | None = None
     n_calls: int = 0
+    work: int | None = None
     wall_s: float = 0.0
     stdout: str = ""
     stderr: str = ""

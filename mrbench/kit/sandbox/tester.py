@@ -7,7 +7,8 @@ it runs the tests with each exported name bound to a :class:`_Proxy` that sends 
 channel, then sends its verdict, prefixed with the nonce, back on the socket. A verdict is a
 dict: ``v`` (``passed``, ``failed``, ``error``, ``gone``: the candidate ended or broke the
 protocol, ``harness``: a fault of the tests or the sandbox), ``d`` (detail), ``k`` (the error's
-type name), ``n`` (calls made) and ``t`` (seconds spent in them). Loaded inside the zygote (see
+type name), ``n`` (calls made), ``t`` (seconds spent in them) and ``w`` (line events they executed in the
+candidate's code, summed from its replies; null when a reply lacked it). Loaded inside the zygote (see
 :mod:`.zygote`): standard library only.
 """
 
@@ -91,6 +92,7 @@ class _Channel:
         self.gone = False
         self.calls = 0
         self.elapsed = 0.0
+        self.work: int | None = 0
 
     def _receive(self) -> Any:
         try:
@@ -133,6 +135,10 @@ class _Channel:
             raise _CandidateGone("the program ended") from None
         reply = self._receive()
         self.elapsed += time.perf_counter() - started
+        work = reply.get("w")
+        if self.work is not None:  # bool is an int: refuse it too
+            valid = isinstance(work, int) and not isinstance(work, bool) and work >= 0
+            self.work = self.work + work if valid else None
         if "v" in reply:
             try:
                 return decode(reply["v"], self.shared)
@@ -244,5 +250,5 @@ def _run(job_path: str, replies_fd: int, calls_fd: int) -> dict[str, Any]:
         verdict = {"v": "error", "k": kind, "d": f"{kind} in the tests: {message}"}
     if channel.gone and verdict["v"] == "passed":
         verdict = {"v": "gone"}
-    verdict.update(n=channel.calls, t=round(channel.elapsed, 9))
+    verdict.update(n=channel.calls, t=round(channel.elapsed, 9), w=channel.work)
     return verdict

@@ -64,6 +64,8 @@ def classify(
     out: dict[str, Any] = {"detail": str(verdict.get("d", ""))[:500], "n_calls": int(verdict.get("n", 0))}
     if kind in ("passed", "failed"):
         out["test_time_s"] = float(verdict.get("t", 0.0))
+        work = verdict.get("w")
+        out["work"] = work if isinstance(work, int) and not isinstance(work, bool) else None
         out["status"] = kind
     elif kind == "error" and verdict.get("k") == "CompileError":
         out["status"] = "syntax_error"

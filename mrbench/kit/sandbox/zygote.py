@@ -1,12 +1,13 @@
 """The zygote: a small, single-threaded process that forks one candidate per run (stdlib only).
 
-:mod:`.host` starts it as a script, ``python -I -S <this file> --zygote CONFIG`` (CONFIG: JSON
-with the leased ``uids`` or null, and ``tmpfs_mb``), with an empty environment. It sets up its
-isolation once (:mod:`.isolation`), preloads common modules, answers ``{"ready": true, ...}``,
-then serves run requests framed on stdin (:mod:`.wire`) with result dicts on stdout until
-stdin closes. Per run it forks the candidate (:mod:`.candidate`) and hands the run to its
-persistent tester (:mod:`.tester`), waits for the verdict (:mod:`.verdict`) until the deadline,
-then kills and reaps everything of the run (:mod:`.processes`).
+:mod:`.host` starts it as a script, ``python -s -S -P <this file> --zygote CONFIG`` (CONFIG: JSON
+with the leased ``uids`` or null, and ``tmpfs_mb``), with an environment of one fixed
+``PYTHONHASHSEED``. It sets up its isolation once (:mod:`.isolation`), preloads common
+modules, answers ``{"ready": true, ...}``, then serves run requests framed on stdin
+(:mod:`.wire`) with result dicts on stdout until stdin closes. Per run it forks the candidate
+(:mod:`.candidate`) and hands the run to its persistent tester (:mod:`.tester`), waits for the
+verdict (:mod:`.verdict`) until the deadline, then kills and reaps everything of the run
+(:mod:`.processes`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import sys
 
 if __name__ == "__main__" and not __package__:
-    # Started as a script: isolated mode (-I -S) puts neither site-packages nor this directory
+    # Started as a script: -s -S -P put neither site-packages nor this directory
     # on sys.path, so mrbench cannot be imported — and must not be: the zygote runs on the
     # standard library alone and every module it loads is copied into each candidate. Instead,
     # this directory becomes a bare package named _mrbench_sandbox (a module object whose

@@ -12,14 +12,20 @@ component          value
 ``ast_similarity`` ``difflib`` ratio between the AST node-type sequences (pre-order, with a
                    closing marker per node so the sequence encodes the tree's shape) of the code
                    and of the reference solution; 0 if either does not parse
-``efficiency``     ``clip(1 − t_gen / t_ref, 0, 1)`` when the tests passed, else 0; ``t`` is the
-                   time the tests spent in the program's functions, ``t_ref`` the mean over
-                   ``reference_runs`` runs of the reference (measured once per problem)
+``efficiency``     ``clip(1 − w_gen / w_ref, 0, 1)`` when the tests passed, else 0; ``w`` is the
+                   work the tests' calls executed in the program's own code (line events,
+                   counted in the sandbox), ``w_ref`` the reference's (counted once per problem)
 =================  =========================================================================
 
 The code is the first fenced python block that defines the entry point (else the longest one);
 without a closed block, the text after an opening fence (a truncated answer), else the whole
 reply. Only code that compiles is run.
+
+Why work and not time: the paper's efficiency compares timed test runs, which makes a reward,
+and so a training run, depend on the machine's load (a timing differs between two runs of one
+program). The line events a program executes are the same in every run (see
+:mod:`mrbench.kit.sandbox.candidate`), so the reward is reproducible, and they still rank an
+``O(n²)`` loop below a builtin. Code that calls ``sys.settrace`` has unknown work and gets 0.
 
 Weights: by default every component weighs 1 (``"equal"``) for every method. The paper's
 launcher (CorrGRPO ``code_rl/run.sh``) gave **GRPO** one scalar, the weighted sum
@@ -233,15 +239,16 @@ def ast_similarity(code: str, reference: str) -> float:
     return _similarity(_parse(code), code, reference)
 
 
-def efficiency(test_time_s: float | None, reference_time_s: float | None, passed: bool) -> float:
-    """``clip(1 − t_gen / t_ref, 0, 1)`` for a passing program, else 0.
+def efficiency(work: float | None, reference_work: float | None, passed: bool) -> float:
+    """``clip(1 − w_gen / w_ref, 0, 1)`` for a passing program, else 0 (also when either work is
+    unknown or ``w_ref`` is not positive).
 
-    >>> efficiency(0.5, 2.0, True), efficiency(3.0, 2.0, True), efficiency(0.5, 2.0, False)
+    >>> efficiency(50, 200, True), efficiency(300, 200, True), efficiency(50, 200, False)
     (0.75, 0.0, 0.0)
     """
-    if not passed or not test_time_s or not reference_time_s or test_time_s < 0 or reference_time_s <= 0:
+    if not passed or work is None or reference_work is None or work < 0 or reference_work <= 0:
         return 0.0
-    return float(min(1.0, max(0.0, 1.0 - test_time_s / reference_time_s)))
+    return float(min(1.0, max(0.0, 1.0 - work / reference_work)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,13 +260,15 @@ def efficiency(test_time_s: float | None, reference_time_s: float | None, passed
 class Outcome:
     """Everything scoring one completion produced: the seven rewards (None = unscorable), the
     sandbox status (``"syntax_error"`` when it did not compile, ``"unknown_problem"`` when the
-    problem id is not known) and timings in seconds."""
+    problem id is not known), the work counted (line events; see :func:`efficiency`) and the
+    tests' time in seconds (for information: no reward uses it)."""
 
     rewards: dict[str, float | None]
     status: str
     detail: str = ""
     test_time_s: float | None = None
-    reference_time_s: float | None = None
+    work: int | None = None
+    reference_work: int | None = None
     code: str = field(default="", repr=False)
 
 
@@ -288,7 +297,6 @@ class CodeScorer:
         workers: concurrent sandbox runs (default: the sandbox's, cores + 2).
         cache_size: completions memoised (LRU); must exceed the largest batch for the seven
             reward functions to share one run per completion.
-        reference_runs: runs of the reference averaged into ``t_ref`` (the paper: 4, offline).
     """
 
     def __init__(
@@ -298,21 +306,17 @@ class CodeScorer:
         limits: Limits | None = None,
         workers: int | None = None,
         cache_size: int = 4096,
-        reference_runs: int = 3,
     ) -> None:
-        if cache_size < 1 or reference_runs < 1:
-            raise ValueError(
-                f"cache_size and reference_runs must be >= 1, got {cache_size}, {reference_runs}"
-            )
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         self.resolve = resolve
         self.limits = limits or Limits()
         self.workers = workers
         self.cache_size = cache_size
-        self.reference_runs = reference_runs
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str, str], Outcome] = OrderedDict()
         self._inflight: dict[tuple[str, str, str], Future[Outcome]] = {}
-        self._reference_times: dict[tuple[str, str], float | None] = {}
+        self._reference_work: dict[tuple[str, str], int | None] = {}
         self._sandbox: Sandbox | None = None
         self.runs = 0  # sandbox executions of completions (not counting reference calibration)
 
@@ -392,7 +396,7 @@ class CodeScorer:
             runs = {i: future.result() for i, future in pending.items()}
         with self._lock:
             self.runs += len(runs)
-        # t_ref is needed only where a program passed; the reference itself is its own t_ref.
+        # w_ref is needed only where a program passed; the reference itself is its own w_ref.
         passing = {i for i, r in runs.items() if r.passed}
         self._calibrate(
             [items[i][0] for i in passing if static[i]["code"].strip() != items[i][0].reference.strip()]
@@ -414,7 +418,7 @@ class CodeScorer:
                 detail = "no code parses" if not s["syntax"] else "the code does not compile"
                 outcomes.append(Outcome(rewards, "syntax_error", detail, code=s["code"]))
                 continue
-            t_ref: float | None = None
+            w_ref: int | None = None
             if result.status == "sandbox_error":  # our fault, not the model's: unscorable
                 rewards.update(runtime=None, accuracy=None, efficiency=None)
             else:
@@ -422,13 +426,15 @@ class CodeScorer:
                 rewards["accuracy"] = float(result.passed)
                 if result.passed:
                     if s["code"].strip() == problem.reference.strip():
-                        t_ref = result.test_time_s
+                        w_ref = result.work
                     else:
                         with self._lock:
-                            t_ref = self._reference_times.get((problem.dataset, problem.id))
-                    rewards["efficiency"] = efficiency(result.test_time_s, t_ref, True)
+                            w_ref = self._reference_work.get((problem.dataset, problem.id))
+                    rewards["efficiency"] = efficiency(result.work, w_ref, True)
             outcomes.append(
-                Outcome(rewards, result.status, result.detail, result.test_time_s, t_ref, s["code"])
+                Outcome(
+                    rewards, result.status, result.detail, result.test_time_s, result.work, w_ref, s["code"]
+                )
             )
         return outcomes
 
@@ -445,22 +451,19 @@ class CodeScorer:
         }
 
     def _calibrate(self, problems: list[Problem]) -> None:
-        """Measure ``t_ref`` (mean test time of the reference over ``reference_runs``) where missing."""
+        """Count ``w_ref`` (the reference's work; one run, as it is deterministic) where missing."""
         with self._lock:
             missing = {
-                (p.dataset, p.id): p for p in problems if (p.dataset, p.id) not in self._reference_times
+                (p.dataset, p.id): p for p in problems if (p.dataset, p.id) not in self._reference_work
             }
         if not missing:
             return
         order = list(missing.values())
-        jobs = [job_for(p, p.reference) for p in order for _ in range(self.reference_runs)]
-        results = self.sandbox.run_many(jobs)
+        results = self.sandbox.run_many([job_for(p, p.reference) for p in order])
         with self._lock:
-            for j, problem in enumerate(order):
-                runs = results[j * self.reference_runs : (j + 1) * self.reference_runs]
-                times = [r.test_time_s for r in runs if r.passed and r.test_time_s]
-                ok = len(times) == len(runs)
-                self._reference_times[(problem.dataset, problem.id)] = sum(times) / len(times) if ok else None
+            for problem, result in zip(order, results, strict=True):
+                work = result.work if result.passed else None
+                self._reference_work[(problem.dataset, problem.id)] = work
 
     # -- TRL reward functions ----------------------------------------------------------------
     def score_columns(

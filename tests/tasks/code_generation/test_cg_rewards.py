@@ -21,13 +21,13 @@ from mrbench.tasks.code_generation.rewards import (
 )
 
 ADD_3 = next(p for p in embedded_problems() if p.id == "add_3")
-SLOW = Problem(  # a reference slow enough that any direct solution is measurably more efficient
+SLOW = Problem(  # a reference whose loop does more work than a direct solution
     id="slow_double",
     dataset="test",
     entry_point="double",
     prompt="",
     tests="def check(candidate):\n    for x in range(5):\n        assert candidate(x) == 2 * x\n",
-    reference="import time\ndef double(x):\n    time.sleep(0.02)\n    return 2 * x\n",
+    reference="def double(x):\n    total = 0\n    for _ in range(x):\n        total += 2\n    return total\n",
 )
 PROBLEMS = {("embedded", ADD_3.id): ADD_3, ("test", SLOW.id): SLOW}
 
@@ -83,18 +83,34 @@ def test_ast_similarity_and_efficiency_formulas():
     loop = "def f(xs):\n    out = []\n    for x in xs:\n        out.append(x + 1)\n    return out\n"
     assert 0.2 < ast_similarity(loop, ref) < 0.9
     assert ast_similarity("def f(:", ref) == 0.0 and ast_similarity(ref, "") == 0.0
-    assert efficiency(1.0, 4.0, True) == 0.75 and efficiency(5.0, 4.0, True) == 0.0
-    assert efficiency(1.0, None, True) == 0.0 and efficiency(1.0, 4.0, False) == 0.0
+    assert efficiency(1, 4, True) == 0.75 and efficiency(5, 4, True) == 0.0
+    assert efficiency(1, None, True) == 0.0 and efficiency(1, 4, False) == 0.0
+    assert efficiency(None, 4, True) == 0.0 and efficiency(1, 0, True) == 0.0
 
 
-def test_efficiency_rewards_a_faster_solution(scorer):
+def test_efficiency_rewards_less_work_and_is_the_same_in_every_run(scorer):
     fast = "```python\ndef double(x):\n    return 2 * x\n```"
     (outcome,) = scorer.score([(SLOW, fast)])
     assert outcome.status == "passed"
-    assert outcome.reference_time_s is not None and outcome.reference_time_s > 0.08  # 5 × 20 ms
-    assert outcome.rewards["efficiency"] > 0.5
+    # The reference runs 2 + (x + 1) + x lines per call for x = 0..4: 35; the direct one 1 each.
+    assert (outcome.work, outcome.reference_work) == (5, 35)
+    assert outcome.rewards["efficiency"] == pytest.approx(1 - 5 / 35)
     (gold,) = scorer.score([(SLOW, SLOW.gold_completion())])
-    assert gold.rewards["efficiency"] == 0.0  # the reference is as fast as itself, by definition
+    assert gold.rewards["efficiency"] == 0.0  # the reference is as efficient as itself, by definition
+    # No cache: a fresh scorer under another sandbox counts the same (a timing would differ).
+    again = CodeScorer(lambda d, p: PROBLEMS.get((d, p)), limits=Limits(timeout_s=2), workers=1)
+    try:
+        (repeat,) = again.score([(SLOW, fast)])
+    finally:
+        again.close()
+    assert repeat.rewards["efficiency"] == outcome.rewards["efficiency"]
+
+
+def test_a_program_that_replaces_the_trace_function_gets_no_efficiency(scorer):
+    evasive = "```python\nimport sys\ndef double(x):\n    sys.settrace(None)\n    return 2 * x\n```"
+    (outcome,) = scorer.score([(SLOW, evasive)])
+    assert outcome.status == "passed" and outcome.rewards["accuracy"] == 1.0
+    assert outcome.work is None and outcome.rewards["efficiency"] == 0.0
 
 
 def test_seven_reward_functions_share_one_run_per_completion():
