@@ -8,7 +8,8 @@ gain little from more than one thread (their matrices are 64–256 wide), so:
 
 - a tiny model (a tiny preset, or a folder built or trained from one): **one** thread, whatever
   the machine and the number of workers, so its numbers never depend on either;
-- any other model: the process's share of the cores, ``cores // workers`` (at least 1);
+- any other model: the process's share of the cores, ``cores // workers`` (at least 1), or on
+  Ray the whole part of the task's ``cpus_per_cell``;
 - ``$MRBENCH_THREADS`` (a positive integer) overrides both, for every process mrbench starts.
 
 Idle threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` where the OpenMP runtime is not started
@@ -66,18 +67,19 @@ def user_threads() -> int | None:
     return int(raw)
 
 
-def threads_for(model: str, workers: int = 1) -> int:
-    """The intra-op threads of a process computing with ``model`` beside ``workers - 1`` others.
+def threads_for(model: str, workers: int = 1, *, share: int | None = None) -> int:
+    """The intra-op threads of a process computing with ``model`` beside ``workers - 1`` others;
+    ``share``: the cores it was given instead (a Ray task's CPUs), else ``cores // workers``.
 
-    >>> threads_for("tiny", workers=1)
-    1
+    >>> threads_for("tiny", workers=1), threads_for("tiny", share=8)
+    (1, 1)
     """
     override = user_threads()
     if override is not None:
         return override
     if is_tiny(model):
         return 1
-    return max(1, available_cores() // max(1, workers))
+    return max(1, share if share is not None else available_cores() // max(1, workers))
 
 
 def thread_env(threads: int) -> dict[str, str]:

@@ -78,3 +78,9 @@ def test_a_new_process_starts_with_the_policys_pool():
     code = "import torch; print(torch.get_num_threads())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
+
+
+def test_a_ray_task_gets_its_cpus_unless_the_model_is_tiny(monkeypatch):
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    assert threads.threads_for("Qwen/Qwen3-8B", share=8) == 8
+    assert threads.threads_for("tiny", share=8) == 1

@@ -30,6 +30,7 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.engine.threads import threads_for
 from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
 from mrbench.sweeps.cell_process import cell_payload, run_payload
 from mrbench.sweeps.progress import SweepProgress
@@ -148,7 +149,6 @@ def _run_tasks(
             f"{gpus_per_cell:g} GPU(s) (cpus_per_cell, gpus_per_cell): the cells wait until one joins"
         )
     fn_path = callable_path(ctx.cell_fn)
-    threads = max(1, int(cpus_per_cell))
     refs: dict[Any, tuple[Cell, float]] = {}
     for cell in cells:
         skipped = ctx.held(cell)
@@ -156,6 +156,8 @@ def _run_tasks(
             progress.skip(skipped)
             yield skipped
             continue
+        # The thread policy (mrbench.engine.threads): one for a tiny model, else the task's CPUs.
+        threads = threads_for(getattr(cell.spec, "model", ""), share=max(1, int(cpus_per_cell)))
         ref = remote.remote(cell_payload(cell, ctx, fn_path, threads, None))
         refs[ref] = (cell, time.perf_counter())
         progress.start(cell)
