@@ -1,4 +1,6 @@
-"""One sweep cell in its own process: ``python -m mrbench.sweeps.cell_process PAYLOAD.json``.
+"""One sweep cell in its own process: forked by the sweep's cell server
+(:mod:`mrbench.sweeps.cell_server`, which calls :func:`run_worker`), or started as
+``python -m mrbench.sweeps.cell_process PAYLOAD.json`` where there is no server.
 
 The payload (written by :func:`cell_payload`, in JSON) names the spec class and the cell function
 by ``"module:attr"``, the tracking store, experiment and parent run, the thread budget, the
@@ -9,7 +11,8 @@ Ray task runs the same :func:`run_payload` (:mod:`mrbench.sweeps.executors.ray`)
 
 A worker must not outlive its sweep: if the sweep process dies (even by ``kill -9``) the worker
 gets SIGINT, so its run ends KILLED and a resumed sweep runs the cell again instead of racing
-an orphan that could finish the same cell twice.
+an orphan that could finish the same cell twice. A forked worker watches its parent, the cell
+server, which in turn dies with the sweep.
 """
 
 from __future__ import annotations
@@ -179,13 +182,24 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m mrbench.sweeps.cell_process PAYLOAD.json", file=sys.stderr)
         return 2
     payload = json.loads(Path(args[0]).read_text())
+    parent = payload.get("parent_pid")
+    return run_worker(payload, int(parent) if parent else None)
+
+
+def run_worker(payload: dict[str, Any], parent_pid: int | None) -> int:
+    """Run ``payload``'s cell as this whole process's work and return its exit code: 0 FINISHED,
+    1 FAILED, 130 KILLED; the result goes to ``payload["result"]`` when it names a file.
+
+    ``parent_pid``: the process this one must not outlive (the sweep for ``python -m``, the cell
+    server for a forked cell, :mod:`mrbench.sweeps.cell_server`); None: no watch.
+    """
     # SIGINT is how a sweep stops its workers (explicitly, and as the parent-death signal). A
     # sweep started in the background inherits SIGINT ignored and passes that on; without this,
     # a worker would outlive a killed sweep and finish its cell a second time after a resume.
     for sig in STOP_SIGNALS:
         signal.signal(sig, _interrupt_once)
-    if payload.get("parent_pid"):
-        _die_with_parent(int(payload["parent_pid"]))
+    if parent_pid:
+        _die_with_parent(parent_pid)
     result_path = Path(payload["result"]) if payload.get("result") else None
     try:
         result = run_payload(payload)

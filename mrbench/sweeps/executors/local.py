@@ -1,9 +1,11 @@
 """Cells on this machine: one after another in this process, or up to ``workers`` at a time in
-worker processes (:mod:`mrbench.sweeps.cell_process`).
+worker processes, each forked from the sweep's cell server (:mod:`mrbench.sweeps.cell_server`,
+which imports torch and the engine once) or, without one, started as ``python -m
+mrbench.sweeps.cell_process``.
 
 A cell's library output goes to its own log (:mod:`mrbench.engine.console`). Each worker process
-gets ``cores // workers`` threads and writes what it prints outside the cell to
-``<log_dir>/<cell>-<run key>.log`` (with ``--verbose``, to the sweep's terminal).
+gets the threads of :func:`mrbench.engine.threads.threads_for` and writes what it prints outside
+the cell to ``<log_dir>/<cell>-<run key>.log`` (with ``--verbose``, to the sweep's terminal).
 """
 
 from __future__ import annotations
@@ -20,14 +22,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from mrbench.engine.console import verbose
 from mrbench.engine.devices import pin_for_cell
 from mrbench.engine.threads import thread_env, threads_for
+from mrbench.sweeps import cell_server
 from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
 from mrbench.sweeps.cell_process import EXIT_FINISHED, EXIT_KILLED, cell_payload
+from mrbench.sweeps.cell_server import CellServer, ServerCell
 from mrbench.sweeps.progress import SweepProgress
 
 STOP_GRACE_S = 30.0  # how long a stopped worker may take to end its run KILLED before SIGKILL
+Worker = subprocess.Popen[bytes] | ServerCell
+"""A cell's process: a new interpreter, or a child of the cell server."""
 
 
 def run_sequential(cells: list[Cell], ctx: CellContext, progress: SweepProgress) -> Iterator[CellOutcome]:
@@ -78,21 +86,24 @@ def slug(text: str) -> str:
 def run_processes(
     cells: list[Cell], ctx: CellContext, workers: int, progress: SweepProgress
 ) -> Iterator[CellOutcome]:
-    """Run up to ``workers`` cells at a time, each in ``python -m mrbench.sweeps.cell_process`` with
-    the threads of :func:`mrbench.engine.threads.threads_for` (one for a tiny model, else ``cores //
-    workers``); output goes to ``<log_dir>/<cell>.log``. A cell is claimed just
-    before its process starts (one held by another invocation is yielded SKIPPED). On KeyboardInterrupt
-    every running child gets one SIGINT (its cell ends KILLED), then SIGKILL after 30 s."""
+    """Run up to ``workers`` cells at a time, each in a process of its own: a child forked by the
+    sweep's cell server (:mod:`mrbench.sweeps.cell_server`), or ``python -m
+    mrbench.sweeps.cell_process`` without one, with the threads of
+    :func:`mrbench.engine.threads.threads_for` (one for a tiny model, else ``cores // workers``);
+    output goes to ``<log_dir>/<cell>-<run key>.log``. A cell is claimed just before its process
+    starts (one held by another invocation is yielded SKIPPED). On KeyboardInterrupt every running
+    child gets one SIGINT (its cell ends KILLED), then SIGKILL after 30 s."""
     fn_path = callable_path(ctx.cell_fn)
     env = os.environ.copy()
     env["TOKENIZERS_PARALLELISM"] = "false"
     ctx.log_dir.mkdir(parents=True, exist_ok=True)
     queue = list(cells)
-    running: dict[subprocess.Popen[bytes], tuple[Cell, Path, Any, float, int]] = {}
+    running: dict[Worker, tuple[Cell, Path, Path, float, int]] = {}
     with tempfile.TemporaryDirectory(prefix="mrbench-sweep-") as tmp:
+        starter = _Starter(fn_path, Path(tmp), progress)
         try:
             while queue or running:
-                while queue and len(running) < workers:
+                while queue and len(running) < workers and starter.can_start():
                     cell = queue.pop(0)
                     skipped = ctx.held(cell)
                     if skipped is not None:
@@ -106,35 +117,98 @@ def run_processes(
                     slot = min(set(range(workers)) - {entry[4] for entry in running.values()})
                     cell_env = {**env, **thread_env(threads)}  # and this slot's GPUs only (engine.devices)
                     pin_for_cell(cell_env, slot=slot, per_cell=getattr(ctx, "processes_per_cell", 1))
-                    log = (ctx.log_dir / f"{slug(cell.label)}-{cell.key}.log").open("wb")
-                    # Own session: a terminal Ctrl-C reaches only the sweep, which forwards exactly one
-                    # SIGINT (a second one could interrupt the child while it ends its run KILLED).
-                    proc = subprocess.Popen(
-                        [sys.executable, "-m", "mrbench.sweeps.cell_process", str(payload)],
-                        stdout=None if verbose() else log,  # --verbose: the output shows live
-                        stderr=subprocess.STDOUT,
-                        env=cell_env,
-                        start_new_session=True,
-                    )
+                    log = ctx.log_dir / f"{slug(cell.label)}-{cell.key}.log"
+                    proc = starter.start(payload, cell_env, log)
                     running[proc] = (cell, result, log, time.perf_counter(), slot)
                     progress.start(cell)
                 for proc in [p for p in running if p.poll() is not None]:
                     cell, result, log, t0, _slot = running.pop(proc)
-                    log.close()
+                    assert proc.returncode is not None
                     outcome = _process_outcome(
-                        cell, proc.returncode, result, time.perf_counter() - t0, log.name
+                        cell, proc.returncode, result, time.perf_counter() - t0, str(log)
                     )
+                    if isinstance(proc, ServerCell) and proc.lost and outcome.status != "FINISHED":
+                        outcome.error = f"{outcome.error} (its cell server died)"
                     progress.finish(outcome)
                     yield outcome
                 time.sleep(0.1)
         except BaseException:
             _stop_children(list(running))
-            for _cell, _result, log, _t0, _slot in running.values():
-                log.close()
             raise
+        finally:
+            starter.close()
 
 
-def _stop_children(procs: list[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S) -> None:
+class _Starter:
+    """Starts a sweep's cell processes: forked by its cell server while that works, else each
+    as a new interpreter (the server could not start, is not ready, refused or died)."""
+
+    def __init__(self, fn_path: str, tmp: Path, progress: SweepProgress) -> None:
+        self.progress = progress
+        self.server: CellServer | None = None
+        self.use_server = cell_server.enabled()
+        self.server_log = tmp / "cell-server.log"
+        if not self.use_server:
+            return
+        try:
+            with self.server_log.open("wb") as out:  # the server keeps its own copy of the fd
+                self.server = CellServer(
+                    cell_server.preload_modules(fn_path), output=None if verbose() else out
+                )
+        except (OSError, ImportError) as exc:
+            self._give_up(f"the cell server could not start ({type(exc).__name__}: {exc})")
+
+    def can_start(self) -> bool:
+        """False while the server is still importing (cells wait for it: it is faster than
+        starting them without it)."""
+        if not self.use_server or self.server is None:
+            return True
+        ready = self.server.ready()
+        if ready is False:
+            self._give_up(self.server.problem or "the cell server failed")
+        return ready is not None
+
+    def start(self, payload: Path, env: dict[str, str], log: Path) -> Worker:
+        """A running process for the cell of ``payload``."""
+        if self.use_server and self.server is not None:
+            proc = self.server.start(payload, env, None if verbose() else log)
+            if proc is not None:
+                return proc
+            self._give_up(self.server.problem or "the cell server failed")
+        with log.open("wb") as out:  # the child keeps its own copy of the fd
+            # Own session: a terminal Ctrl-C reaches only the sweep, which forwards exactly one
+            # SIGINT (a second one could interrupt the child while it ends its run KILLED).
+            return subprocess.Popen(
+                [sys.executable, "-m", "mrbench.sweeps.cell_process", str(payload)],
+                stdout=None if verbose() else out,  # --verbose: the output shows live
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+
+    def _give_up(self, why: str) -> None:
+        """Start the remaining cells without the server (the cells it runs stay in its care)."""
+        if not self.use_server:
+            return
+        self.use_server = False
+        tail = ""
+        if self.server_log.exists():
+            lines = self.server_log.read_text(errors="replace").strip().splitlines()[-5:]
+            tail = "".join(f"\n  {line}" for line in lines)
+        message = f"{why}; each cell now starts as a new Python interpreter{tail}"
+        console = getattr(self.progress, "console", None)
+        if console is not None:
+            console.print(f"[yellow]{escape(message)}[/yellow]")
+        else:
+            print(message, file=sys.stderr)
+
+    def close(self) -> None:
+        """End the server (once every cell it forked has ended)."""
+        if self.server is not None:
+            self.server.close()
+
+
+def _stop_children(procs: list[Worker], grace_s: float = STOP_GRACE_S) -> None:
     """One SIGINT to each live worker (it ends its run KILLED), then SIGKILL after ``grace_s``."""
     for proc in procs:
         if proc.poll() is None:
