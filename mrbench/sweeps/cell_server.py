@@ -478,7 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = _preload(init["preload"])
     _reply(reply_fd, {"ready": os.getpid(), "threads": thread_count(), "failed": failed})
     _serve(sweep_pid, reply_fd, rest)
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # tearing down the imported stack would keep the sweep waiting 1–2 s
 
 
 if __name__ == "__main__":
