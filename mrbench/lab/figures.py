@@ -82,7 +82,9 @@ def _finish(
     return path
 
 
-def _thin(n_steps: int) -> np.ndarray:
+def thin(n_steps: int) -> np.ndarray:
+    """Indices ``[≤ MAX_POINTS]`` of the steps drawn out of ``n_steps``: evenly spaced, first and last
+    kept (MLflow gets the per-step series at the same steps, :mod:`mrbench.lab.tracking`)."""
     return np.unique(np.linspace(0, n_steps - 1, min(n_steps, MAX_POINTS)).astype(int))
 
 
@@ -100,7 +102,7 @@ def learning_curves(
     fig, axes = _figure(len(panels), 4, (3.0, 2.2), len(methods))
     for ax, panel in zip(axes, panels, strict=True):
         for method, values in curves[panel].items():
-            idx = _thin(values.shape[1])
+            idx = thin(values.shape[1])
             mean, low, high = curve_band(values[:, idx], reps=BAND_REPS)
             ax.plot(idx, mean, color=colors[method], lw=1.2)
             ax.fill_between(idx, low, high, color=colors[method], alpha=0.2, lw=0)
@@ -126,7 +128,7 @@ def pareto_trajectories(
     for ax, (x_name, y_name) in zip(axes, pairs, strict=True):
         for method, axes_values in trajectories.items():
             x, y = axes_values[x_name], axes_values[y_name]
-            idx = _thin(x.shape[1])
+            idx = thin(x.shape[1])
             with np.errstate(all="ignore"):
                 mx, my = np.nanmean(x[:, idx], axis=0), np.nanmean(y[:, idx], axis=0)
             ax.scatter(x[:, -1], y[:, -1], s=4, color=colors[method], alpha=0.25, lw=0)

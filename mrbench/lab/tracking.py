@@ -14,6 +14,7 @@ import numpy as np
 
 from mrbench.core import layout
 from mrbench.core.records import LabMethod, LabRecord
+from mrbench.lab.figures import thin
 from mrbench.lab.metrics import MethodSummary
 from mrbench.lab.presets import KEY_SCORES
 from mrbench.lab.simulate import LabResult
@@ -49,7 +50,8 @@ def _finite(values: np.ndarray) -> np.ndarray:
 
 
 def _step_metrics(result: LabResult, method: str) -> list[Any]:
-    """Per-step metrics of one method (mean over seeds), as MLflow ``Metric`` objects."""
+    """Per-step metrics of one method (mean over seeds) at the steps the figures draw
+    (:func:`mrbench.lab.figures.thin`), as MLflow ``Metric`` objects."""
     from mlflow.entities import Metric
 
     run = result.runs[method]
@@ -69,12 +71,21 @@ def _step_metrics(result: LabResult, method: str) -> list[Any]:
     }
     now = int(time.time() * 1000)
     metrics = []
+    # The steps the figures draw (≤ 60), not all T + 1: MLflow's SQL store costs ~0.1-0.2 ms a
+    # metric, and every step of every series was most of the command's logging time.
+    steps = thin(run.components.shape[1])  # of 0..T
     for key, values in series.items():
-        metrics += [Metric(key, float(v), now, step) for step, v in enumerate(_finite(values))]
+        metrics += [
+            Metric(key, float(v), now, int(step))
+            for step, v in zip(steps, _finite(values[steps]), strict=True)
+        ]
+    steps = thin(run.components.shape[1] - 1)  # of the T updates, logged as steps 1..T
     with np.errstate(all="ignore"):
         for key, values in diag.items():
-            per_step = _finite(np.nanmean(values, axis=1))
-            metrics += [Metric(key, float(v), now, step + 1) for step, v in enumerate(per_step)]
+            per_step = _finite(np.nanmean(values[steps], axis=1))
+            metrics += [
+                Metric(key, float(v), now, int(step) + 1) for step, v in zip(steps, per_step, strict=True)
+            ]
     return metrics
 
 

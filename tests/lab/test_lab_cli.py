@@ -121,10 +121,29 @@ def test_config_file_and_text_output(tmp_path, monkeypatch, store):
     assert "lab tiny-scale: 2 seeds × 5 steps" in result.stdout and "summary:" in result.stdout
 
 
+def test_several_scenarios_in_one_command(tmp_path, monkeypatch, store):
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    out = tmp_path / "reports"
+    args = ["simulate", "--scenario", "anti,scale", "--scenario", "anti", "--methods", "grpo,gdpo"]
+    args += ["--seeds", "2", "--steps", "3", "--out", str(out), "--tracking-uri", store, "--json"]
+    result = CliRunner().invoke(make_app(), args)
+    assert result.exit_code == 0, result.output
+    payloads = json.loads(result.stdout)
+    assert [p["scenario"] for p in payloads] == ["anti", "scale"]  # in order, each once
+    for name in ("anti", "scale"):
+        # Each report names the command that reproduces its folder alone.
+        command = (
+            f"mrbench simulate --scenario {name} --methods grpo,gdpo --seeds 2 --steps 3 --out {out / name}"
+        )
+        assert f"Produced by `{command}`" in (out / name / "summary.md").read_text()
+
+
 @pytest.mark.parametrize(
     ("args", "named"),
     [
         (["--scenario", "scal"], "unknown scenario 'scal'. Did you mean 'scale'?"),
+        (["--scenario", "anti,scal"], "unknown scenario 'scal'. Did you mean 'scale'?"),
+        (["--scenario", "scale", "--config", "{negative}"], "give exactly one of --scenario NAME"),
         (["--scenario", "scale", "--methods", "grpo,gdpoo"], "unknown method 'gdpoo'"),
         ([], "give exactly one of --scenario NAME"),
         (["--scenario", "scale", "--seeds", "0"], "--seeds must be >= 1, got 0"),

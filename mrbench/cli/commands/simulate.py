@@ -1,7 +1,9 @@
 """``mrbench simulate``: the estimator lab — a multi-reward policy-gradient simulator, many seeds at once.
 
-:func:`simulate_cmd` reads top to bottom as its phases: check the options, resolve the scenario,
-run the lab, print the statistics (a table or JSON). The lab is imported inside the phases, so
+:func:`simulate_cmd` reads top to bottom as its phases: check the options, resolve the scenarios,
+run the lab on each, print the statistics (a table per scenario, or JSON: one object, a list of
+them for several scenarios). Several scenarios in one command share the process: torch, MLflow and
+the store are loaded once. The lab is imported inside the phases, so
 that ``mrbench --help`` stays fast.
 """
 
@@ -20,10 +22,11 @@ if TYPE_CHECKING:
 
 
 def simulate_cmd(
-    scenario: str = typer.Option(
-        None,
+    scenario: list[str] = typer.Option(
+        [],
         "--scenario",
-        help="Preset: scale, redundant, collapse, anti, paper-code, paper-tools, paper-security.",
+        help="Preset: scale, redundant, collapse, anti, paper-code, paper-tools, paper-security; "
+        "several comma-separated or repeated run one after another in this process.",
     ),
     config: Path = typer.Option(
         None, "--config", help="Scenario YAML file (`base: <preset>` to start from one)."
@@ -36,7 +39,11 @@ def simulate_cmd(
     group_size: int = typer.Option(
         None, "--group-size", help="Rollouts per group G (default: the scenario's, 8)."
     ),
-    out: Path = typer.Option(None, "--out", help="Report folder (default reports/lab/<scenario>/)."),
+    out: Path = typer.Option(
+        None,
+        "--out",
+        help="Report folder (default reports/lab/<scenario>/; with several scenarios DIR/<scenario>/).",
+    ),
     tracking_uri: str = typer.Option(
         None, "--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."
     ),
@@ -49,42 +56,53 @@ def simulate_cmd(
     reward scale, redundancy, collapse and anti-correlation (IQM and bootstrap CIs over seeds)."""
     from mrbench.lab.runner import run_lab
 
-    check_options(scenario, config, seeds=seeds, workers=workers)
-    chosen = resolve_scenario(scenario, config, steps=steps, group_size=group_size)
+    presets = list(dict.fromkeys(_split(scenario)))  # a scenario named twice runs once
+    check_options(presets, config, seeds=seeds, workers=workers)
+    # Every scenario is resolved (and refused) before the first one runs.
+    chosen = [
+        resolve_scenario(name, config, steps=steps, group_size=group_size) for name in presets or [None]
+    ]
     names = _method_names(methods)
-    command = _command_line(
-        {
-            "--scenario": scenario,
-            "--config": config,
-            "--methods": ",".join(names) if names else None,
-            "--seeds": seeds,
-            "--steps": steps,
-            "--group-size": group_size,
-            "--out": out,
-            "--workers": workers if workers > 1 else None,
-        }
-    )
-    outcome = run_lab(
-        chosen,
-        methods=names,
-        seeds=seeds,
-        out=out,
-        tracking_uri=tracking_uri,
-        command=command,
-        workers=workers,
-    )
+    payloads = []
+    for name, one in zip(presets or [None], chosen, strict=True):
+        # Each scenario's report names the command that reproduces that folder alone.
+        folder = out / one.name if out is not None and len(chosen) > 1 else out
+        command = _command_line(
+            {
+                "--scenario": name,
+                "--config": config,
+                "--methods": ",".join(names) if names else None,
+                "--seeds": seeds,
+                "--steps": steps,
+                "--group-size": group_size,
+                "--out": folder,
+                "--workers": workers if workers > 1 else None,
+            }
+        )
+        outcome = run_lab(
+            one,
+            methods=names,
+            seeds=seeds,
+            out=folder,
+            tracking_uri=tracking_uri,
+            command=command,
+            workers=workers,
+        )
+        if as_json:
+            payloads.append(json_payload(one, outcome, seeds=seeds))
+        else:
+            print_table(one, outcome, seeds=seeds, command=command)
     if as_json:
-        typer.echo(json.dumps(json_payload(chosen, outcome, seeds=seeds)))
-    else:
-        print_table(chosen, outcome, seeds=seeds, command=command)
+        typer.echo(json.dumps(payloads[0] if len(payloads) == 1 else payloads))
 
 
-def check_options(scenario: str | None, config: Path | None, *, seeds: int, workers: int) -> None:
-    """Exactly one of ``--scenario`` and ``--config``; at least one seed and one worker."""
+def check_options(scenarios: list[str], config: Path | None, *, seeds: int, workers: int) -> None:
+    """Exactly one of ``--scenario`` (one or more presets) and ``--config``; at least one seed and
+    one worker."""
     from mrbench.core.errors import UserError
     from mrbench.lab.presets import PRESETS
 
-    if (scenario is None) == (config is None):
+    if bool(scenarios) == (config is not None):
         raise UserError(f"give exactly one of --scenario NAME ({', '.join(PRESETS)}) or --config FILE")
     if seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {seeds}")
@@ -115,10 +133,14 @@ def _command_line(options: dict[str, object]) -> str:
     return shlex.join(parts)
 
 
+def _split(values: list[str]) -> list[str]:
+    """Repeated option values split at commas, blanks dropped."""
+    return [name.strip() for item in values for name in item.split(",") if name.strip()]
+
+
 def _method_names(methods: list[str]) -> list[str] | None:
     """The ``--methods`` values split at commas; None (every registered method) when there are none."""
-    names = [name.strip() for item in methods for name in item.split(",") if name.strip()]
-    return names or None
+    return _split(methods) or None
 
 
 def json_payload(chosen: Scenario, outcome: LabOutcome, *, seeds: int) -> dict[str, Any]:
