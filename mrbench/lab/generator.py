@@ -161,10 +161,15 @@ class StepNoise:
 
 
 class NoiseStream:
-    """Per-seed sampling streams (generator ``2·seed + 1``), served one step at a time."""
+    """Per-seed sampling streams (generator ``2·seed + 1``), served one step at a time.
 
-    def __init__(self, scenario: Scenario, seeds: Sequence[int]) -> None:
+    ``copies`` > 1 serves ``copies`` identical copies of the seeds' numbers one after another
+    (``[copies·S·P, ...]``): what a stream over the seeds repeated that often would draw, drawn once.
+    """
+
+    def __init__(self, scenario: Scenario, seeds: Sequence[int], copies: int = 1) -> None:
         self._gens = [torch.Generator().manual_seed(2 * int(seed) + 1) for seed in seeds]
+        self._copies = copies
         self._shape = (scenario.prompts, scenario.group_size)
         self._k = scenario.k
         self._missing = any(m > 0 for m in scenario.missing)
@@ -183,8 +188,13 @@ class NoiseStream:
                 parts[2].append(torch.rand(steps, p, g, self._k, generator=gen, dtype=F64))
             if self._unscorable:
                 parts[3].append(torch.rand(steps, p, g, generator=gen, dtype=F64))
-        # [steps, S, P, ...] → [steps, B, ...]
-        self._chunk = [torch.stack(x, dim=1).flatten(1, 2) if x else None for x in parts]
+        # [steps, S, P, ...] → [steps, B, ...], then the copies along B
+        chunk = [torch.stack(x, dim=1).flatten(1, 2) if x else None for x in parts]
+        if self._copies > 1:
+            chunk = [
+                x.repeat(1, self._copies, *(1,) * (x.dim() - 2)) if x is not None else None for x in chunk
+            ]
+        self._chunk = chunk
         self._next, self._size = 0, steps
 
     def step(self) -> StepNoise:

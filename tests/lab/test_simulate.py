@@ -135,3 +135,36 @@ def test_linear_policy_generalises_across_prompts():
     objective = run.components @ np.asarray(scenario.weights)
     assert (objective[:, -1] > objective[:, 0]).all()
     assert np.median(run.scores["objective"]) > 0.8
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"policy": "linear", "features": 2, "ppo_epochs": 2, "ppo_clip": 0.2, "unscorable": 0.1},
+        {"missing": [0.2, 0.0, 0.1], "ppo_epochs": 3},
+    ],
+    ids=["tabular", "linear-ppo-unscorable", "missing"],
+)
+def test_every_method_in_one_loop_equals_one_loop_per_method_bit_for_bit(settings):
+    from mrbench.lab.estimators import load_estimator as load
+    from mrbench.lab.generator import ComponentSpec, draw_instance
+    from mrbench.lab.simulate import REFERENCE_METHOD, load_estimators, single_thread, train
+
+    scenario = replace(SMALL, steps=15, **settings)
+    together = simulate(scenario, None, [3, 1])  # every registered method, one loop
+    spec = ComponentSpec.of(scenario)
+    reference = load(REFERENCE_METHOD, spec.weight)
+    with single_thread():
+        instance = draw_instance(scenario, (3, 1), spec)
+        for est in load_estimators(scenario, None):
+            alone = train(scenario, instance, spec, est, reference)
+            run = together.runs[est.name]
+            assert np.array_equal(run.components, alone.components), est.name
+            for key in alone.diagnostics:
+                assert np.array_equal(run.diagnostics[key], alone.diagnostics[key], equal_nan=True), (
+                    est.name,
+                    key,
+                )
+            for key in alone.scores:
+                assert np.array_equal(run.scores[key], alone.scores[key], equal_nan=True), (est.name, key)
