@@ -61,10 +61,14 @@ def main() -> int:
     parser.add_argument(
         "--threads", type=int, default=0, help="MRBENCH_THREADS for every run (0: the policy)"
     )
+    parser.add_argument("--models", type=Path, help="a results folder's models/ to reuse (skips the build)")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="mrbench-threads-") as tmp:
         env = {**os.environ, "MRBENCH_RESULTS": str(Path(tmp) / "results")}
+        if args.models:
+            (Path(tmp) / "results").mkdir()
+            (Path(tmp) / "results" / "models").symlink_to(args.models.resolve())
         env.pop("MLFLOW_TRACKING_URI", None)
         if args.threads:
             env["MRBENCH_THREADS"] = str(args.threads)

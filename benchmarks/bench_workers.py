@@ -2,12 +2,14 @@
 
 Runs ``mrbench sweep`` on the tool-calling task with the ``tiny`` model (built first, outside the
 timing) for two methods × two seeds, the default training settings, once with ``--workers 1``
-(one cell at a time, torch using every core) and once with ``--workers 2`` (two cells at a time,
-one thread each: the local executor gives each worker ``cores // workers`` threads). Each arm
+(one cell at a time in the sweep's process) and once with ``--workers 2`` (two cells at a time,
+forked from the sweep's cell server). A tiny model computes on one thread either way
+(``mrbench.engine.threads``). Each arm
 gets its own store and an empty pre-training-evaluation cache, so neither reuses the other's
 work; the model cache is shared.
 
     python benchmarks/bench_workers.py [--seeds 0,1] [--methods grpo,gdpo] [--task tool-calling]
+        [--models results/models]   # reuse built models instead of building tiny first
 
 Prints each arm's wall seconds, its per-cell mean, the load average before each arm, and the
 speed-up of two workers over one. Needs a quiet machine: other load distorts both arms.
@@ -61,10 +63,13 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--methods", default="grpo,gdpo")
     parser.add_argument("--task", default="tool-calling")
+    parser.add_argument("--models", type=Path, help="a results folder's models/ to reuse (skips the build)")
     args = parser.parse_args()
     n_cells = len(args.seeds.split(",")) * len(args.methods.split(","))
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
         results = Path(tmp)
+        if args.models:
+            (results / "models").symlink_to(args.models.resolve())
         env = {**os.environ, "MRBENCH_RESULTS": str(results)}
         code = "from mrbench.engine.models import prepare_model; prepare_model('tiny')"
         subprocess.run([sys.executable, "-c", code], env=env, check=True)

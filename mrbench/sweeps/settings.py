@@ -379,7 +379,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "workers",
         integer(Range(ge=1)),
-        default="1 (`smol`: 2)",
+        default="1 (`smoke`, `smol`: 2)",
         meaning="cells at a time on this machine (separate processes when > 1)",
         option=Option("--workers", "Cells at a time, each in its own process (default 1).", int),
     ),

@@ -133,14 +133,16 @@ _CELL_OPTIONS = ("checkpoint_every", "tracking_retry_s")
 
 PRESETS: dict[str, SweepSpec] = {
     # The default: every main method on every task, the tiny model, three seeds (the fewest that
-    # give a bootstrap interval any width), the trainer's short CPU defaults; about a quarter of an
-    # hour on a 2-core laptop.
+    # give a bootstrap interval any width), the trainer's short CPU defaults. Two workers: a tiny
+    # cell computes on one thread (engine/threads.py), so two cells at a time use both cores of a
+    # laptop (1.86× one worker on 4 tool-calling cells: benchmarks/bench_workers.py).
     "smoke": SweepSpec(
         name="smoke",
         methods=MAIN_METHODS,
         tasks=ALL_TASKS,
         models=("tiny",),
         seeds=(0, 1, 2),
+        workers=2,
         preset="smoke",
         lab=LAB_SCENARIOS,
     ),
