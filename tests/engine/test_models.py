@@ -148,3 +148,29 @@ def test_demo_labels_cover_every_assistant_turn(micro_model_dir):
     ids, labels = _encode_demo(tok, episode, answer, 1024)
     assert trained(ids, labels) == f"{call}<|im_end|>{answer}<|im_end|>"
     assert (ids[-6:], labels[-6:]) == _encode_demo(tok, episode, answer, 6)  # cut from the left
+
+
+def test_the_warm_start_runs_on_one_thread_whatever_the_caller_uses(monkeypatch, tmp_path):
+    """The built weights must not depend on the machine: a build from a process with two threads
+    warm-starts on one (and gives the caller its threads back)."""
+    import torch
+    from conftest import MICRO, micro_demos
+
+    from mrbench.engine import tiny
+
+    seen = []
+    real = tiny.sft_warm_start
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tiny, "sft_warm_start", recording)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        tiny.build_tiny_model(MICRO, tmp_path / "model", micro_demos(40), seed=0)
+        assert seen == [tiny.BUILD_THREADS] == [1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
