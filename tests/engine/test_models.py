@@ -154,9 +154,12 @@ def test_the_warm_start_runs_on_one_thread_whatever_the_caller_uses(monkeypatch,
     """The built weights must not depend on the machine: a build from a process with two threads
     warm-starts on one (and gives the caller its threads back)."""
     import torch
-    from conftest import MICRO, micro_demos
 
     from mrbench.engine import tiny
+
+    preset = tiny.TinyPreset(32, 1, 2, 1, 64, sft_steps=3, sft_lr=5e-3, vocab_size=400)
+    prompt = [{"role": "system", "content": "Call add."}, {"role": "user", "content": "add 1 2"}]
+    demos = [(prompt, '<tool_call>{"name": "add", "a": 1, "b": 2}</tool_call>')] * 8
 
     seen = []
     real = tiny.sft_warm_start
@@ -169,7 +172,7 @@ def test_the_warm_start_runs_on_one_thread_whatever_the_caller_uses(monkeypatch,
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        tiny.build_tiny_model(MICRO, tmp_path / "model", micro_demos(40), seed=0)
+        tiny.build_tiny_model(preset, tmp_path / "model", demos, seed=0)
         assert seen == [tiny.BUILD_THREADS] == [1]
         assert torch.get_num_threads() == 2
     finally:
