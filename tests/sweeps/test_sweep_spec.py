@@ -26,7 +26,7 @@ def test_default_is_the_smoke_preset() -> None:
     assert spec.methods == ("grpo", "gdpo", "corrgrpo")
     assert spec.tasks == ("code-generation", "tool-calling", "agent-security")
     assert spec.models == ("tiny",) and spec.seeds == (0, 1, 2)
-    assert spec.workers == 1 and spec.executor == "local" and spec.report
+    assert spec.workers == 2 and spec.executor == "local" and spec.report
 
 
 def test_cpu_preset_is_the_tiny_ladder_to_tiny_m_with_three_seeds() -> None:
