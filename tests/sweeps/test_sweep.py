@@ -304,8 +304,13 @@ def test_worker_process_failure_is_recorded(store: str, monkeypatch: pytest.Monk
 @pytest.mark.slow  # over 15 s: in .ci/run's slow command, keeping the default suite under 20 min
 def test_sigkill_mid_cell_then_rerun_finishes_each_cell_exactly_once(store: str) -> None:
     env = {**os.environ, "MRBENCH_FAKE_CELL_SECONDS": "1.5"}
+    # One worker: the cells run one after another, in the sweep's own process.
     proc = subprocess.Popen(
-        cli_sweep(store, "sigkill"), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        cli_sweep(store, "sigkill", "--workers", "1"),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         # Kill while the second cell runs, after the first has FINISHED.
@@ -321,7 +326,12 @@ def test_sigkill_mid_cell_then_rerun_finishes_each_cell_exactly_once(store: str)
         proc.wait()
     finished_key = next(k for k, v in before.items() if v == ["FINISHED"])
     done = subprocess.run(
-        cli_sweep(store, "sigkill"), cwd=REPO, env={**os.environ}, capture_output=True, text=True, timeout=120
+        cli_sweep(store, "sigkill", "--workers", "1"),
+        cwd=REPO,
+        env={**os.environ},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     after = child_statuses(store, "sigkill")
