@@ -381,7 +381,9 @@ SETTINGS: tuple[Setting, ...] = (
         integer(Range(ge=1)),
         default="1 (`smoke`, `smol`: 2)",
         meaning="cells at a time on this machine (separate processes when > 1)",
-        option=Option("--workers", "Cells at a time, each in its own process (default 1).", int),
+        option=Option(
+            "--workers", "Cells at a time, each in its own process (default: smoke and smol 2, else 1).", int
+        ),
     ),
     Setting(
         "executor",

@@ -112,7 +112,7 @@ def run_processes(
                         continue
                     payload = Path(tmp) / f"{cell.key}.json"
                     result = Path(tmp) / f"{cell.key}.result.json"
-                    threads = threads_for(cell.spec.model, workers)
+                    threads = threads_for(getattr(cell.spec, "model", ""), workers)
                     payload.write_text(json.dumps(cell_payload(cell, ctx, fn_path, threads, result)))
                     slot = min(set(range(workers)) - {entry[4] for entry in running.values()})
                     cell_env = {**env, **thread_env(threads)}  # and this slot's GPUs only (engine.devices)
