@@ -379,7 +379,9 @@ def test_worker_hit_by_two_sigints_still_ends_its_run_killed(store: str, tmp_pat
 def test_sigint_exits_130_with_the_run_marked_killed(store: str) -> None:
     env = {**os.environ, "MRBENCH_FAKE_CELL_SECONDS": "5"}
     proc = subprocess.Popen(
-        cli_sweep(store, "sigint"),
+        # One worker: with the default two, a second cell may or may not be RUNNING when the
+        # signal lands, and this test is about the one that is.
+        cli_sweep(store, "sigint", "--workers", "1"),
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
