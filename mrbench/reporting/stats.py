@@ -153,13 +153,37 @@ def stratified_bootstrap_ci(
 
 
 def _poi_per_task(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """P(X > Y) + ½ P(X = Y) per task: x ``[..., n, T]``, y ``[..., m, T]`` → ``[..., T]``."""
-    diff = x[..., :, None, :] - y[..., None, :, :]  # [..., n, m, T]
-    valid = ~np.isnan(diff)
-    wins = np.where(valid, (diff > 0).astype(float) + 0.5 * (diff == 0), 0.0)
-    count = valid.sum(axis=(-3, -2))
+    """P(X > Y) + ½ P(X = Y) per task over the non-NaN runs: x ``[..., n, T]``, y ``[..., m, T]`` →
+    ``[..., T]`` (NaN where a task has no pair).
+
+    Counted by sorting, not from the ``n × m`` differences: per x value, the y values below it plus
+    half those equal to it are ``(searchsorted left + searchsorted right) / 2`` in the sorted y. All
+    rows (every leading index and task) are searched at once: values become integer codes (their rank
+    among the distinct values, exact ties kept, NaN the largest) shifted by row, so one sorted array
+    holds every row's y values in its own range.
+    """
+    n, m = x.shape[-2], y.shape[-2]
+    xs = np.moveaxis(x, -1, -2).reshape(-1, n)  # [B, n], B = prod(...) * T
+    ys = np.moveaxis(y, -1, -2).reshape(-1, m)  # [B, m]
+    both = np.concatenate([xs.ravel(), ys.ravel()])
+    distinct = np.unique(both[~np.isnan(both)])
+    nan_code = len(distinct)  # above every value's code: never below or equal to a number
+
+    def codes(a: np.ndarray) -> np.ndarray:
+        return np.where(np.isnan(a), nan_code, np.searchsorted(distinct, a))
+
+    rows = np.arange(xs.shape[0])[:, None]  # [B, 1]
+    shift = rows * (nan_code + 1)
+    sorted_y = np.sort(codes(ys) + shift, axis=None)  # row r's values at [r m, (r + 1) m)
+    x_codes = codes(xs) + shift
+    below = np.searchsorted(sorted_y, x_codes, side="left") - rows * m
+    at_or_below = np.searchsorted(sorted_y, x_codes, side="right") - rows * m
+    x_valid = ~np.isnan(xs)
+    wins = np.where(x_valid, (below + at_or_below) / 2.0, 0.0).sum(axis=-1)  # [B]
+    count = x_valid.sum(axis=-1) * (~np.isnan(ys)).sum(axis=-1)  # [B]
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, wins.sum(axis=(-3, -2)) / np.maximum(count, 1), np.nan)
+        poi = np.where(count > 0, wins / np.maximum(count, 1), np.nan)
+    return poi.reshape(*x.shape[:-2], x.shape[-1])
 
 
 def probability_of_improvement(
@@ -184,7 +208,8 @@ def probability_of_improvement(
         raise ValueError(f"x and y must cover the same tasks: {xa.shape[1]} vs {ya.shape[1]} columns")
     point = float(np.nanmean(_poi_per_task(xa, ya)))
     rng = np.random.default_rng(seed)
-    # Chunk the replicates so the [reps, n, m, T] pairwise array stays small for many tasks.
+    # Replicates drawn in chunks as when they were counted pairwise (a [reps, n, m, T] array kept
+    # small): the same random stream, so the same intervals as the reports made then.
     chunk = max(1, 2_000_000 // max(1, xa.shape[0] * ya.shape[0] * xa.shape[1]))
     values = []
     for start in range(0, reps, chunk):

@@ -177,7 +177,8 @@ def reroot_own_store(uri: str) -> None:
 
 @contextmanager
 def store_creation_lock(uri: str) -> Iterator[None]:
-    """Hold ``<db>.lock`` while a local sqlite store is opened for the first time.
+    """Hold ``<db>.lock`` while a local sqlite store is opened for the first time; a store that does
+    not exist yet starts as a copy of an empty one (:mod:`mrbench.store.empty_store`).
 
     Opening a new sqlite store creates its tables and runs MLflow's migrations; two processes
     doing that at once (two sweeps or runs started together on a fresh results folder) fail with
@@ -190,5 +191,8 @@ def store_creation_lock(uri: str) -> Iterator[None]:
         return
     from filelock import FileLock
 
+    from mrbench.store.empty_store import seed_new_store
+
     with FileLock(str(db) + ".lock", timeout=600):
+        seed_new_store(db)
         yield

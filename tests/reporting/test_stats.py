@@ -105,6 +105,30 @@ def test_probability_of_improvement_matches_a_pairwise_loop() -> None:
     assert stats.probability_of_improvement(x, y).point == pytest.approx(np.mean(per_task))
 
 
+def test_per_task_poi_by_sorting_equals_the_pairwise_count_with_nans_ties_and_batches() -> None:
+    # The sort-based count against the pairwise definition on [batch, runs, tasks] arrays with
+    # ties, -0.0 against 0.0, infinities, NaN runs and a task with no valid pair.
+    rng = np.random.default_rng(2)
+    x = rng.integers(-2, 3, size=(4, 6, 5)).astype(float)
+    y = rng.integers(-2, 3, size=(4, 7, 5)).astype(float)
+    x[rng.random(x.shape) < 0.2] = np.nan
+    y[rng.random(y.shape) < 0.2] = np.nan
+    x[0, :, 0], y[0, :, 0] = -0.0, 0.0
+    x[1, 0, 1], y[1, 0, 1] = np.inf, -np.inf
+    y[2, :, 2] = np.nan
+    got = stats._poi_per_task(x, y)  # [4, 5]
+    assert got.shape == (4, 5)
+    for b, t in itertools.product(range(4), range(5)):
+        xs, ys = x[b, :, t], y[b, :, t]
+        xs, ys = xs[~np.isnan(xs)], ys[~np.isnan(ys)]
+        pairs = [1.0 if a > c else 0.5 if a == c else 0.0 for a, c in itertools.product(xs, ys)]
+        if pairs:
+            assert got[b, t] == np.mean(pairs), (b, t)
+        else:
+            assert np.isnan(got[b, t]), (b, t)
+    assert got[0, 0] == 0.5 and np.isnan(got[2, 2])
+
+
 def test_probability_of_improvement_rejects_mismatched_tasks() -> None:
     with pytest.raises(ValueError, match="same tasks"):
         stats.probability_of_improvement(np.zeros((3, 2)), np.zeros((3, 1)))
