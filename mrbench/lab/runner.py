@@ -10,7 +10,8 @@ from mrbench.lab.metrics import MethodSummary, summarise
 from mrbench.lab.scenarios import Scenario
 from mrbench.lab.simulate import REFERENCE_METHOD, LabResult, load_estimators, process_pool, simulate
 from mrbench.lab.summary import write_summary
-from mrbench.lab.tracking import Logged, log_lab
+from mrbench.lab.tracking import Logged
+from mrbench.lab.writer import LabWriter
 from mrbench.reporting.stats import DEFAULT_REPS
 
 DEFAULT_OUT = Path("reports") / "lab"
@@ -41,17 +42,35 @@ def run_lab(
     command: str,
     reps: int = DEFAULT_REPS,
     workers: int = 1,
+    writer: LabWriter | None = None,
 ) -> LabOutcome:
     """Simulate ``scenario`` with ``seeds`` seeds (0 … seeds − 1), write ``summary.md`` and figures
     into ``out`` (default :func:`default_out`) and log the run to the MLflow store ``tracking_uri``
-    (default :func:`mrbench.store.local.resolve_tracking_uri`). Method names and the store are
-    checked before anything runs."""
-    from mrbench.store.client import check_tracking_reachable
+    (default :func:`mrbench.store.local.resolve_tracking_uri`) through ``writer`` (a
+    :class:`~mrbench.lab.writer.LabWriter` of that store, shared by a command's scenarios; one of its
+    own by default), which checks the store while the simulation runs. Method names and the store's
+    folder are checked before anything runs; a store that cannot be used stops the command before
+    the report is written."""
+    from mrbench.store.client import check_store_folder
     from mrbench.store.local import resolve_tracking_uri
 
     load_estimators(scenario, methods)
-    uri = resolve_tracking_uri(tracking_uri)
-    check_tracking_reachable(uri)
+    if writer is None:
+        uri = resolve_tracking_uri(tracking_uri)
+        check_store_folder(uri)
+        with LabWriter(uri) as own:
+            own.check()
+            return run_lab(
+                scenario,
+                methods=methods,
+                seeds=seeds,
+                out=out,
+                tracking_uri=uri,
+                command=command,
+                reps=reps,
+                workers=workers,
+                writer=own,
+            )
     if workers > 1:
         with process_pool(workers) as pool:
             result = simulate(scenario, methods, range(seeds), executor=pool)
@@ -62,7 +81,8 @@ def run_lab(
         reference=REFERENCE_METHOD if REFERENCE_METHOD in result.runs else None,
         reps=reps,
     )
+    writer.open(result, summaries, command)  # the runs are logged while the figures are drawn
     folder = Path(out) if out is not None else default_out(scenario)
     path = write_summary(result, summaries, folder, command=command, reps=reps)
-    logged = log_lab(result, summaries, tracking_uri=uri, command=command, report_dir=folder)
+    logged = writer.close(result, folder)
     return LabOutcome(result, summaries, path, logged)

@@ -140,7 +140,23 @@ def log_lab(
 ) -> Logged:
     """Write the parent run (tags, scenario params, ``lab.json``, the report folder) and one child
     run per method (params, per-step and summary metrics) into experiment ``lab-<scenario>``;
-    ``tags`` (full MLflow names) are added to the parent's."""
+    ``tags`` (full MLflow names) are added to the parent's. :func:`open_lab_run` then
+    :func:`close_lab_run`."""
+    logged = open_lab_run(result, summaries, tracking_uri=tracking_uri, command=command, tags=tags)
+    close_lab_run(logged, report_dir)
+    return logged
+
+
+def open_lab_run(
+    result: LabResult,
+    summaries: Mapping[str, MethodSummary],
+    *,
+    tracking_uri: str,
+    command: str,
+    tags: Mapping[str, str] | None = None,
+) -> Logged:
+    """Everything :func:`log_lab` writes but the report folder; the parent run is left RUNNING for
+    :func:`close_lab_run` (the report may still be being drawn), the children end FINISHED."""
     from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
@@ -167,8 +183,6 @@ def log_lab(
     params = _flat(layout.LAB_PARAM, settings)
     client.log_batch(parent, params=[Param(k, v) for k, v in params.items()])
     client.log_dict(parent, lab_record(result, summaries).to_json(), layout.LAB_ARTIFACT)
-    if report_dir is not None:
-        client.log_artifacts(parent, str(report_dir), artifact_path=layout.REPORT_DIR)
     children = {}
     for method, run in result.runs.items():
         tags = {
@@ -195,5 +209,21 @@ def log_lab(
         )
         client.set_terminated(child, "FINISHED")
         children[method] = child
-    client.set_terminated(parent, "FINISHED")
     return Logged(tracking_uri, experiment, experiment_id, parent, children)
+
+
+def close_lab_run(logged: Logged, report_dir: Path | None) -> None:
+    """Log the report folder ``report_dir`` (if any) under the parent run and end it FINISHED."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=logged.tracking_uri)
+    if report_dir is not None:
+        client.log_artifacts(logged.parent_run_id, str(report_dir), artifact_path=layout.REPORT_DIR)
+    client.set_terminated(logged.parent_run_id, "FINISHED")
+
+
+def end_lab_run(logged: Logged, status: str) -> None:
+    """End the parent run with ``status`` (KILLED: the command stopped before its report was logged)."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=logged.tracking_uri).set_terminated(logged.parent_run_id, status)

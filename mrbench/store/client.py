@@ -153,6 +153,18 @@ def _root_cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
+def check_store_folder(uri: str) -> None:
+    """The checks of :func:`check_tracking_reachable` that need no MLflow: a sqlite store's folder
+    exists and it can be written (:class:`UserError` otherwise); notes ``uri`` as the store in use."""
+    note_store(uri)
+    db = sqlite_path(uri)
+    if db is not None:
+        parent = db.parent
+        if not parent.exists():
+            raise UserError(f"tracking store folder {parent} does not exist (from --tracking-uri {uri!r})")
+        check_store_writable(uri)
+
+
 def check_tracking_reachable(uri: str) -> None:
     """Fail early (before any training) if the tracking store cannot be reached or used.
 
@@ -162,13 +174,7 @@ def check_tracking_reachable(uri: str) -> None:
     """
     from mlflow.tracking import MlflowClient
 
-    note_store(uri)
-    db = sqlite_path(uri)
-    if db is not None:
-        parent = db.parent
-        if not parent.exists():
-            raise UserError(f"tracking store folder {parent} does not exist (from --tracking-uri {uri!r})")
-        check_store_writable(uri)
+    check_store_folder(uri)
     if not is_local_store(uri):
         if _process_setting(_TIMEOUT_ENV) is None:  # for every later client, and the workers
             os.environ[_TIMEOUT_ENV] = str(REQUEST_TIMEOUT_S)

@@ -94,7 +94,8 @@ def _fake_sweep(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def test_sweep_without_terminal_prints_one_plain_line_per_cell(tmp_path):
-    env = _env(tmp_path, MRBENCH_FAKE_CELL_FAIL="gdpo*")
+    # An empty cache: MLflow creates its empty store (mrbench.store.empty_store) in this sweep and logs it.
+    env = _env(tmp_path, MRBENCH_FAKE_CELL_FAIL="gdpo*", MRBENCH_CACHE=str(tmp_path / "cache"))
     proc = subprocess.run(_fake_sweep(tmp_path), capture_output=True, text=True, timeout=300, env=env)
     shown = proc.stdout + proc.stderr
     assert proc.returncode == 1, shown

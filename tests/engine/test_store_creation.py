@@ -7,6 +7,7 @@ processes doing it together fail with errors like "No such constraint: 'uq_exper
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+
+from mrbench.store.empty_store import CACHE_ENV
 
 # Each child imports mrbench first (the slow part), then waits for the go file, so that all of
 # them open the store within milliseconds of each other.
@@ -29,10 +32,24 @@ while not go.exists():
     time.sleep(0.005)
 check_tracking_reachable(sys.argv[1])
 """
+CHILD_MAKE_CACHE = (
+    "from mrbench.store.empty_store import _make_template, template_path; _make_template(template_path())"
+)
 
 
 @pytest.mark.slow  # over 15 s: in .ci/run's slow command, keeping the default suite under 20 min
-def test_processes_opening_a_new_store_together_all_succeed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cache", ["empty store cached", "empty cache", "no usable cache"])
+def test_processes_opening_a_new_store_together_all_succeed(tmp_path: Path, cache: str) -> None:
+    # mrbench.store.empty_store: a copy of the cached empty store; the empty store made by every
+    # process at once, then copied; MLflow creating the store itself (the cache is a file).
+    cache_dir = tmp_path / "cache"
+    if cache == "empty store cached":
+        env = {**os.environ, CACHE_ENV: str(cache_dir)}
+        subprocess.run([sys.executable, "-c", CHILD_MAKE_CACHE], env=env, check=True, timeout=120)
+        assert list(cache_dir.glob("mlflow-*-empty.db"))
+    elif cache == "no usable cache":
+        cache_dir.write_text("a file where the cache folder would be")
+    env = {**os.environ, CACHE_ENV: str(cache_dir)}
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     go = tmp_path / "go"
     n = 4
@@ -42,6 +59,7 @@ def test_processes_opening_a_new_store_together_all_succeed(tmp_path: Path) -> N
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env=env,
         )
         for i in range(n)
     ]
@@ -54,3 +72,4 @@ def test_processes_opening_a_new_store_together_all_succeed(tmp_path: Path) -> N
         assert child.returncode == 0, out[-2000:]
     # The store is complete: the default experiment exists exactly once.
     assert [e.name for e in MlflowClient(uri).search_experiments()] == ["Default"]
+    assert len(list(cache_dir.glob("mlflow-*-empty.db"))) == (cache != "no usable cache")

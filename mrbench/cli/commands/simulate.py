@@ -19,6 +19,7 @@ import typer
 if TYPE_CHECKING:
     from mrbench.lab.runner import LabOutcome
     from mrbench.lab.scenarios import Scenario
+    from mrbench.lab.writer import LabWriter
 
 
 def simulate_cmd(
@@ -54,7 +55,9 @@ def simulate_cmd(
 ) -> None:
     """Train a simulated policy with every estimator on a reward scenario; report what each does with
     reward scale, redundancy, collapse and anti-correlation (IQM and bootstrap CIs over seeds)."""
-    from mrbench.lab.runner import run_lab
+    from mrbench.lab.writer import LabWriter
+    from mrbench.store.client import check_store_folder
+    from mrbench.store.local import resolve_tracking_uri
 
     presets = list(dict.fromkeys(_split(scenario)))  # a scenario named twice runs once
     check_options(presets, config, seeds=seeds, workers=workers)
@@ -63,6 +66,49 @@ def simulate_cmd(
         resolve_scenario(name, config, steps=steps, group_size=group_size) for name in presets or [None]
     ]
     names = _method_names(methods)
+    uri = resolve_tracking_uri(tracking_uri)
+    check_store_folder(uri)
+    # One MLflow writer beside the simulations (mrbench.lab.writer), started before torch is
+    # imported here; it touches the store only once the method names are known to be good.
+    with LabWriter(uri) as writer:
+        from mrbench.lab.simulate import load_estimators  # torch
+
+        load_estimators(chosen[0], names)
+        writer.check()
+        payloads = _run_scenarios(
+            presets,
+            chosen,
+            names,
+            config=config,
+            seeds=seeds,
+            steps=steps,
+            group_size=group_size,
+            out=out,
+            workers=workers,
+            as_json=as_json,
+            writer=writer,
+        )
+    if as_json:
+        typer.echo(json.dumps(payloads[0] if len(payloads) == 1 else payloads))
+
+
+def _run_scenarios(
+    presets: list[str],
+    chosen: list[Scenario],
+    names: list[str] | None,
+    *,
+    config: Path | None,
+    seeds: int,
+    steps: int | None,
+    group_size: int | None,
+    out: Path | None,
+    workers: int,
+    as_json: bool,
+    writer: LabWriter,
+) -> list[dict[str, Any]]:
+    """Run the lab on each scenario in turn; print its table, or return the JSON payloads."""
+    from mrbench.lab.runner import run_lab
+
     payloads = []
     for name, one in zip(presets or [None], chosen, strict=True):
         # Each scenario's report names the command that reproduces that folder alone.
@@ -84,16 +130,16 @@ def simulate_cmd(
             methods=names,
             seeds=seeds,
             out=folder,
-            tracking_uri=tracking_uri,
+            tracking_uri=writer.uri,
             command=command,
             workers=workers,
+            writer=writer,
         )
         if as_json:
             payloads.append(json_payload(one, outcome, seeds=seeds))
         else:
             print_table(one, outcome, seeds=seeds, command=command)
-    if as_json:
-        typer.echo(json.dumps(payloads[0] if len(payloads) == 1 else payloads))
+    return payloads
 
 
 def check_options(scenarios: list[str], config: Path | None, *, seeds: int, workers: int) -> None:
