@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,37 @@ def test_a_script_without_a_main_guard_can_run_the_lab(tmp_path: Path) -> None:
     assert (
         runs["lab anti"][0] == "FINISHED" and (tmp_path / "reports" / "lab" / "anti" / "summary.md").is_file()
     )
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_a_stopped_simulate_leaves_no_writer_behind(tmp_path: Path, sig: signal.Signals) -> None:
+    env = {**os.environ, "MRBENCH_RESULTS": str(tmp_path / "results")}
+    argv = [sys.executable, "-m", "mrbench", "simulate", "--scenario", "scale", "--seeds", "2000"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (writers := _children(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert writers, "the writer process never started"
+        time.sleep(1.0)  # inside the simulation
+        proc.send_signal(sig)
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert code == (130 if sig == signal.SIGINT else -signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{w}").exists() and "zombie" not in _state(w) for w in writers):
+        assert time.monotonic() < deadline, "the writer outlived the command"
+        time.sleep(0.1)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (OSError, IndexError):
+        return "zombie"
