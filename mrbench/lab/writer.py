@@ -23,6 +23,7 @@ without a ``__main__`` guard would fail) and may not be started from daemonic pr
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import signal
@@ -128,6 +129,10 @@ def _serve(uri: str, conn: Connection) -> None:
     work = _Work(uri)
     try:
         import mlflow.tracking  # noqa: F401 - the slow part of the check, before it is asked for
+
+        # MLflow's INFO lines (creating a store's tables) are not the command's output; warnings
+        # are. Set after the import, which configures MLflow's logger.
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
 
         while (request := _recv(conn)) is not None:
             name, args = request

@@ -159,3 +159,17 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
     except (OSError, IndexError):
         return "zombie"
+
+
+def test_creating_the_store_prints_no_mlflow_info_lines(tmp_path: Path) -> None:
+    # An empty cache: the writer makes the empty store, and MLflow logs its migrations at INFO.
+    env = {
+        **os.environ,
+        "MRBENCH_RESULTS": str(tmp_path / "results"),
+        "MRBENCH_CACHE": str(tmp_path / "cache"),
+    }
+    argv = [sys.executable, "-m", "mrbench", "simulate", "--scenario", "anti", "--seeds", "2", "--steps", "3"]
+    done = subprocess.run([*argv, "--methods", "grpo"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list((tmp_path / "cache").glob("mlflow-*-empty.db"))
+    assert "INFO" not in done.stdout + done.stderr, done.stderr
