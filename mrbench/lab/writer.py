@@ -87,7 +87,7 @@ def _unpack(kind: str, message: str, text: str) -> Exception:
 
 
 class _Work:
-    """What the writer does, wherever it runs: check the store, open a lab run, close it."""
+    """What the writer process does: check the store, open a lab run, close it."""
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
