@@ -42,35 +42,47 @@ def run_lab(
     command: str,
     reps: int = DEFAULT_REPS,
     workers: int = 1,
-    writer: LabWriter | None = None,
 ) -> LabOutcome:
     """Simulate ``scenario`` with ``seeds`` seeds (0 … seeds − 1), write ``summary.md`` and figures
     into ``out`` (default :func:`default_out`) and log the run to the MLflow store ``tracking_uri``
-    (default :func:`mrbench.store.local.resolve_tracking_uri`) through ``writer`` (a
-    :class:`~mrbench.lab.writer.LabWriter` of that store, shared by a command's scenarios; one of its
-    own by default), which checks the store while the simulation runs. Method names and the store's
-    folder are checked before anything runs; a store that cannot be used stops the command before
-    the report is written."""
+    (default :func:`mrbench.store.local.resolve_tracking_uri`) through a
+    :class:`~mrbench.lab.writer.LabWriter` of its own, which checks the store while the simulation
+    runs. Method names and the store's folder are checked before anything runs; a store that cannot
+    be used stops the command before the report is written. (``mrbench simulate`` shares one writer
+    between its scenarios: :func:`run_lab_with`.)"""
     from mrbench.store.client import check_store_folder
     from mrbench.store.local import resolve_tracking_uri
 
     load_estimators(scenario, methods)
-    if writer is None:
-        uri = resolve_tracking_uri(tracking_uri)
-        check_store_folder(uri)
-        with LabWriter(uri) as own:
-            own.check()
-            return run_lab(
-                scenario,
-                methods=methods,
-                seeds=seeds,
-                out=out,
-                tracking_uri=uri,
-                command=command,
-                reps=reps,
-                workers=workers,
-                writer=own,
-            )
+    uri = resolve_tracking_uri(tracking_uri)
+    check_store_folder(uri)
+    with LabWriter(uri) as writer:
+        writer.check()
+        return run_lab_with(
+            writer,
+            scenario,
+            methods=methods,
+            seeds=seeds,
+            out=out,
+            command=command,
+            reps=reps,
+            workers=workers,
+        )
+
+
+def run_lab_with(
+    writer: LabWriter,
+    scenario: Scenario,
+    *,
+    methods: Sequence[str] | None,
+    seeds: int,
+    out: Path | None,
+    command: str,
+    reps: int = DEFAULT_REPS,
+    workers: int = 1,
+) -> LabOutcome:
+    """:func:`run_lab` logging through ``writer`` (its store), whose store check may still be under
+    way; the method names are the caller's to have checked (:func:`load_estimators`)."""
     if workers > 1:
         with process_pool(workers) as pool:
             result = simulate(scenario, methods, range(seeds), executor=pool)

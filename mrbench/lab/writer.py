@@ -123,9 +123,11 @@ def _serve(uri: str, conn: Connection) -> None:
     """The child: answer ``(name, args)`` requests until ``None`` or the parent's end (EOF). Every
     answer is ``("ok", value)`` or ``("error", packed)``.
 
-    Ctrl-C reaches the whole process group; the child leaves it to the parent, which then tells it
-    to stop, so that runs still open end KILLED instead of being cut off mid-write."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    Ctrl-C, and a cluster's SIGTERM or SIGHUP, may reach the whole process group; the child leaves
+    them to the parent, which then tells it to stop, so that runs still open end KILLED instead of
+    being cut off mid-write. The parent's end, however it comes, ends the child (EOF)."""
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, signal.SIG_IGN)
     work = _Work(uri)
     try:
         import mlflow.tracking  # noqa: F401 - the slow part of the check, before it is asked for
@@ -148,8 +150,9 @@ def _serve(uri: str, conn: Connection) -> None:
     finally:
         try:
             work.abandon()
-        except Exception:  # the store itself may be what failed; no one to tell
-            pass
+        except Exception as exc:  # the store itself may be what failed: say which runs stay open
+            runs = ", ".join(work.open_runs) or "none"
+            print(f"lab tracking writer: could not end open runs ({runs}) KILLED: {exc}", file=sys.stderr)
 
 
 class LabWriter:

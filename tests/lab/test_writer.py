@@ -132,22 +132,38 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
-def test_a_stopped_simulate_leaves_no_writer_behind(tmp_path: Path, sig: signal.Signals) -> None:
+@pytest.mark.parametrize(
+    ("sig", "group", "code"),
+    [
+        (signal.SIGINT, False, 130),
+        (signal.SIGKILL, False, -signal.SIGKILL),
+        (signal.SIGINT, True, 130),  # Ctrl-C in a terminal
+        (signal.SIGTERM, True, 143),  # a cluster's stop (SLURM, Kubernetes) to the whole job
+        (signal.SIGHUP, True, 129),
+    ],
+    ids=["SIGINT", "SIGKILL", "SIGINT to the group", "SIGTERM to the group", "SIGHUP to the group"],
+)
+def test_a_stopped_simulate_leaves_no_writer_behind(
+    tmp_path: Path, sig: signal.Signals, group: bool, code: int
+) -> None:
     env = {**os.environ, "MRBENCH_RESULTS": str(tmp_path / "results")}
     argv = [sys.executable, "-m", "mrbench", "simulate", "--scenario", "scale", "--seeds", "2000"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 60
         while not (writers := _children(proc.pid)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert writers, "the writer process never started"
         time.sleep(1.0)  # inside the simulation
-        proc.send_signal(sig)
-        code = proc.wait(timeout=60)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        assert proc.wait(timeout=60) == code
     finally:
         proc.kill()
-    assert code == (130 if sig == signal.SIGINT else -signal.SIGKILL)
     deadline = time.monotonic() + 30
     while any(Path(f"/proc/{w}").exists() and "zombie" not in _state(w) for w in writers):
         assert time.monotonic() < deadline, "the writer outlived the command"

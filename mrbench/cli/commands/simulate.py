@@ -73,7 +73,8 @@ def simulate_cmd(
     with LabWriter(uri) as writer:
         from mrbench.lab.simulate import load_estimators  # torch
 
-        load_estimators(chosen[0], names)
+        for one in chosen:  # unknown method names before the store is touched
+            load_estimators(one, names)
         writer.check()
         payloads = _run_scenarios(
             presets,
@@ -107,7 +108,7 @@ def _run_scenarios(
     writer: LabWriter,
 ) -> list[dict[str, Any]]:
     """Run the lab on each scenario in turn; print its table, or return the JSON payloads."""
-    from mrbench.lab.runner import run_lab
+    from mrbench.lab.runner import run_lab_with
 
     payloads = []
     for name, one in zip(presets or [None], chosen, strict=True):
@@ -125,15 +126,8 @@ def _run_scenarios(
                 "--workers": workers if workers > 1 else None,
             }
         )
-        outcome = run_lab(
-            one,
-            methods=names,
-            seeds=seeds,
-            out=folder,
-            tracking_uri=writer.uri,
-            command=command,
-            workers=workers,
-            writer=writer,
+        outcome = run_lab_with(
+            writer, one, methods=names, seeds=seeds, out=folder, command=command, workers=workers
         )
         if as_json:
             payloads.append(json_payload(one, outcome, seeds=seeds))
