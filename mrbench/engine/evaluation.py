@@ -64,6 +64,7 @@ from mrbench.core import layout
 from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.core.provenance import git_sha
+from mrbench.engine.allocator import keep_freed_blocks
 from mrbench.engine.run_guard import ends_run_on_error
 from mrbench.engine.threads import use_threads_for
 from mrbench.engine.tracking import RunLog
@@ -425,6 +426,7 @@ def _load_evaluated_model(spec: EvalSpec, source: ModelSource, settings: Mapping
     from mrbench.engine.models import prepare_model
 
     use_threads_for(source.path)  # before the model is built or loaded (mrbench.engine.threads)
+    keep_freed_blocks()  # on the CPU: big blocks reused, not mapped anew (mrbench.engine.allocator)
     t0 = time.perf_counter()
     path = prepare_model(source.path)
     seed = spec.seed if spec.seed is not None else settings.get(SEED_SETTING, 0)

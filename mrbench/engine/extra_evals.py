@@ -48,6 +48,7 @@ from mrbench.core import layout
 from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.engine import eval_cache
+from mrbench.engine.allocator import keep_freed_blocks
 from mrbench.engine.evaluation import (
     EVAL_DATASETS,
     SAMPLES_SETTING,
@@ -204,6 +205,7 @@ class _Evaluator:
         from mrbench.engine.models import mixed_precision, prepare_model
 
         use_threads_for(spec.model)
+        keep_freed_blocks()  # on the CPU: big blocks reused, not mapped anew (mrbench.engine.allocator)
         path = prepare_model(spec.model)
         limit = spec.train.eval_limit
         out, todo = {}, []

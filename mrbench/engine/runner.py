@@ -57,6 +57,7 @@ from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.core.provenance import git_sha
 from mrbench.engine import console, eval_cache, phases, resume
+from mrbench.engine.allocator import keep_freed_blocks
 from mrbench.engine.cell_claim import CellClaim
 from mrbench.engine.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
 from mrbench.engine.config import RunSpec
@@ -365,6 +366,7 @@ def _load_policy(run: _CellRun) -> _Policy:
     from mrbench.engine.models import prepare_model
 
     use_threads_for(run.spec.model)  # before the model is built or loaded (mrbench.engine.threads)
+    keep_freed_blocks()  # on the CPU: big blocks reused, not mapped anew (mrbench.engine.allocator)
     t0 = time.perf_counter()
     path = prepare_model(run.spec.model)
     run.prepare_s = time.perf_counter() - t0

@@ -33,6 +33,7 @@ from typing import Any
 
 from mrbench.core.errors import UserError
 from mrbench.core.registry import import_target
+from mrbench.engine.allocator import malloc_setting
 from mrbench.engine.config import CellOptions, RunSpec
 from mrbench.engine.console import verbose
 from mrbench.sweeps.cell import (
@@ -255,6 +256,7 @@ def _check_cells(spec: SweepSpec, todo: list[Cell], cell_fn: CellFn | None) -> t
     if workers > 1 or spec.processes_per_cell > 1 or spec.executor == "ray":
         callable_path(cell_fn)  # workers import it by path
     check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed)
+    malloc_setting()  # a malformed $MRBENCH_MALLOC is the user's to fix, before any cell reads it
     return cell_fn, workers
 
 

@@ -440,3 +440,14 @@ def test_ray_missing_or_local_cell_functions_give_clear_errors(store: str) -> No
         callable_path(lambda spec: spec)
     assert callable_path(fake_cell) == "fakes:fake_cell"
     assert Cell(fake_resolve_spec("grpo", "tool-calling", "tiny", 0)).entry().method == "grpo"
+
+
+def test_a_malformed_allocator_setting_stops_the_sweep_before_its_parent_run(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MRBENCH_MALLOC", "jemalloc")
+    with pytest.raises(UserError, match="MRBENCH_MALLOC='jemalloc' must be"):
+        sweep(small("malloc"), store)
+    client = MlflowClient(tracking_uri=store)
+    experiment = client.get_experiment_by_name("malloc")
+    assert experiment is None or parent_runs(store, "malloc") == []
