@@ -21,8 +21,10 @@ class Grid:
 
 
 def expand_grid(spec: SweepSpec, resolve: ResolveFn | None = None) -> Grid:
-    """Resolve every cell (seed → task → model → method order, so a partial sweep has every method
-    for the first seeds). Raises UserError for bad names/params, and for extra eval datasets (``eval``)
+    """Resolve every cell, in run order: seed → model → method → task, so a partial sweep has every
+    method for the first seeds, and the cells running at once are mostly of different tasks (a
+    task's first cells do not compute its pre-training evaluation twice, and a seed does not end
+    on a row of its slowest task's cells). Raises UserError for bad names/params, and for extra eval datasets (``eval``)
     that are unknown or whose data cannot be loaded, before anything runs; a task whose code cannot
     be imported (ImportError) is recorded as unavailable, with the reason."""
     resolve = resolve or import_target(DEFAULT_RESOLVE_FN)
@@ -58,9 +60,9 @@ def expand_grid(spec: SweepSpec, resolve: ResolveFn | None = None) -> Grid:
         (c for cells in by_task.values() for c in cells),
         key=lambda c: (
             spec.seeds.index(c.spec.seed),
-            spec.tasks.index(c.spec.task),
             spec.models_for(c.spec.task).index(c.spec.model),
             spec.methods.index(c.spec.method),
+            spec.tasks.index(c.spec.task),
         ),
     )
     # Extra eval datasets (the ``eval`` key): names, settings and data checked before anything runs.
