@@ -418,8 +418,10 @@ def _train(run: _CellRun, policy: _Policy, progress: bool) -> Any:
     """Train the policy with :class:`~mrbench.engine.trainer.MultiRewardGRPOTrainer` (from the
     cell's last training checkpoint when the run was reopened); returns the trainer."""
     import mrbench.methods as methods
+    from mrbench.engine import cpu_logprob
     from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
+    cpu_logprob.install()  # TRL's CPU log-prob folds in fewer passes, the same bits (engine.cpu_logprob)
     spec, task = run.spec, run.task
     step_logger = MlflowStepLogger(run.log)
     hooks = task.training_hooks()

@@ -24,9 +24,11 @@ def expand_grid(spec: SweepSpec, resolve: ResolveFn | None = None) -> Grid:
     """Resolve every cell, in run order: seed → model → method → task, so a partial sweep has every
     method for the first seeds, and the cells running at once are mostly of different tasks (a
     task's first cells do not compute its pre-training evaluation twice, and a seed does not end
-    on a row of its slowest task's cells). Raises UserError for bad names/params, and for extra eval datasets (``eval``)
-    that are unknown or whose data cannot be loaded, before anything runs; a task whose code cannot
-    be imported (ImportError) is recorded as unavailable, with the reason."""
+    on a row of its slowest task's cells).
+
+    Raises UserError for bad names/params, and for extra eval datasets (``eval``) that are unknown
+    or whose data cannot be loaded, before anything runs; a task whose code cannot be imported
+    (ImportError) is recorded as unavailable, with the reason."""
     resolve = resolve or import_target(DEFAULT_RESOLVE_FN)
     unavailable: dict[str, str] = {}
     by_task: dict[str, list[Cell]] = {}

@@ -36,6 +36,7 @@ from mrbench.core.registry import import_target
 from mrbench.engine.allocator import malloc_setting
 from mrbench.engine.config import CellOptions, RunSpec
 from mrbench.engine.console import verbose
+from mrbench.engine.cpu_logprob import fold_setting
 from mrbench.sweeps.cell import (
     DEFAULT_CELL_FN,
     SKIPPED,
@@ -256,7 +257,8 @@ def _check_cells(spec: SweepSpec, todo: list[Cell], cell_fn: CellFn | None) -> t
     if workers > 1 or spec.processes_per_cell > 1 or spec.executor == "ray":
         callable_path(cell_fn)  # workers import it by path
     check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed)
-    malloc_setting()  # a malformed $MRBENCH_MALLOC is the user's to fix, before any cell reads it
+    malloc_setting()  # malformed $MRBENCH_MALLOC or $MRBENCH_CPU_FOLD: the user's to fix, before
+    fold_setting()  # any cell reads them
     return cell_fn, workers
 
 

@@ -1,13 +1,17 @@
-"""A CPU cell with glibc's settings against one with mrbench's (big freed blocks kept for reuse).
+"""A CPU cell with and without mrbench's two CPU settings, which must change no number.
 
-Runs the same ``mrbench run`` (default: grpo, agent-security, tiny, the trainer's defaults) twice
-per setting, alternating, each in a fresh results folder that shares one built tiny model: with
-``MRBENCH_MALLOC=default`` (glibc's own settings) and with ``MRBENCH_MALLOC=keep``
-(:mod:`mrbench.engine.allocator`, the default). Prints the median wall, user and system seconds of
-each setting and checks that both give the same final metrics (the allocator must change no value).
+- ``MRBENCH_MALLOC``: ``keep`` (default) makes glibc serve big blocks from its heap and keep them
+  for reuse (:mod:`mrbench.engine.allocator`); ``default`` leaves glibc alone.
+- ``MRBENCH_CPU_FOLD``: ``mrbench`` (default) folds TRL's log-prob tiles in place, bit for bit as
+  TRL does (:mod:`mrbench.engine.cpu_logprob`); ``trl`` keeps TRL's own folds.
 
-    python benchmarks/bench_allocator.py --models DIR    # DIR: a results folder's models/
-    python benchmarks/bench_allocator.py --task tool-calling --repeats 3
+Runs the same ``mrbench run`` (default: grpo, agent-security, tiny, the trainer's defaults) under
+each pair of settings in turn, ``--repeats`` rounds, each run in a fresh results folder that shares
+one built tiny model. Prints the median wall, user and system seconds per pair and checks that
+every run ends with the same final metrics.
+
+    python benchmarks/bench_cpu_cell.py --models DIR    # DIR: a results folder's models/
+    python benchmarks/bench_cpu_cell.py --task tool-calling --repeats 3
 
 Time it on an otherwise idle machine and say the load.
 """
@@ -25,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-SETTINGS = ("default", "keep")
+SETTINGS = (("default", "trl"), ("keep", "trl"), ("keep", "mrbench"))
+"""(MRBENCH_MALLOC, MRBENCH_CPU_FOLD): neither, the allocator only, both (the defaults)."""
 
 
 def _run(
@@ -45,8 +50,13 @@ def _run(
     return wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
 
 
+TIMINGS = ("perf/", "train/step_time", "train/train_runtime", "train/train_s")
+"""Prefixes of the metrics that are wall-clock readings (``train/train_samples_per_second`` …)."""
+
+
 def _final_metrics(results: Path) -> dict[str, float]:
-    """The finished run's eval metrics from its store (the only run in it)."""
+    """The last value of every metric of the finished run (the only run in its store) but the
+    wall-clock readings: evaluation, rewards, advantages, loss, gradient norm, entropy."""
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
@@ -54,7 +64,7 @@ def _final_metrics(results: Path) -> dict[str, float]:
     finished = [r for r in runs if r.info.status == "FINISHED"]
     if len(finished) != 1:
         sys.exit(f"expected one finished run in {results}, found {len(finished)}")
-    return {k: v for k, v in finished[0].data.metrics.items() if k.startswith("eval/")}
+    return {k: v for k, v in finished[0].data.metrics.items() if not k.startswith(TIMINGS)}
 
 
 def main() -> int:
@@ -66,9 +76,9 @@ def main() -> int:
     parser.add_argument("--models", type=Path, help="a results folder's models/ to reuse (skips the build)")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    times: dict[str, list[tuple[float, float, float]]] = {s: [] for s in SETTINGS}
-    metrics: dict[str, list[dict[str, float]]] = {s: [] for s in SETTINGS}
-    with tempfile.TemporaryDirectory(prefix="mrbench-allocator-") as tmp:
+    times: dict[tuple[str, str], list[tuple[float, float, float]]] = {s: [] for s in SETTINGS}
+    metrics: dict[tuple[str, str], list[dict[str, float]]] = {s: [] for s in SETTINGS}
+    with tempfile.TemporaryDirectory(prefix="mrbench-cpu-cell-") as tmp:
         base_env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
         models = args.models.resolve() if args.models else Path(tmp) / "build" / "models"
         if not args.models:  # build the tiny model once with a one-step run: not timed
@@ -76,10 +86,12 @@ def main() -> int:
             _run(args.task, env, Path(tmp) / "build.log", ["--steps", "1"])
         for i in range(args.repeats):
             for setting in SETTINGS:
-                results = Path(tmp) / f"{setting}-{i}"
+                results = Path(tmp) / f"{'-'.join(setting)}-{i}"
                 results.mkdir()
                 (results / "models").symlink_to(models)
-                env = {**base_env, "MRBENCH_RESULTS": str(results), "MRBENCH_MALLOC": setting}
+                malloc, fold = setting
+                env = {**base_env, "MRBENCH_RESULTS": str(results)}
+                env.update(MRBENCH_MALLOC=malloc, MRBENCH_CPU_FOLD=fold)
                 times[setting].append(_run(args.task, env, results / "run.log"))
                 metrics[setting].append(_final_metrics(results))
     print(
@@ -87,16 +99,18 @@ def main() -> int:
     )
     for setting in SETTINGS:
         wall, user, sys_s = (statistics.median(t[k] for t in times[setting]) for k in range(3))
-        print(f"  MRBENCH_MALLOC={setting:<8} wall {wall:6.1f} s   user {user:6.1f} s   sys {sys_s:5.1f} s")
+        label = f"MRBENCH_MALLOC={setting[0]:<7} MRBENCH_CPU_FOLD={setting[1]:<7}"
+        print(f"  {label} wall {wall:6.1f} s   user {user:6.1f} s   sys {sys_s:5.1f} s")
     first = metrics[SETTINGS[0]][0]
     same = all(m == first for ms in metrics.values() for m in ms)
     print(f"  final metrics equal across every run: {same}")
     if not same:
-        print(json.dumps(metrics, indent=1, sort_keys=True))
+        print(json.dumps({"+".join(k): v for k, v in metrics.items()}, indent=1, sort_keys=True))
         return 1
-    base = statistics.median(t[0] for t in times["default"])
-    kept = statistics.median(t[0] for t in times["keep"])
-    print(f"  keep / default wall: {kept / base:.2f}")
+    base = statistics.median(t[0] for t in times[SETTINGS[0]])
+    for setting in SETTINGS[1:]:
+        wall = statistics.median(t[0] for t in times[setting])
+        print(f"  {'+'.join(setting)} / {'+'.join(SETTINGS[0])} wall: {wall / base:.2f}")
     return 0
 
 
