@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mrbench.core import layout
+
 SETTINGS = (("default", "trl"), ("keep", "trl"), ("keep", "mrbench"))
 """(MRBENCH_MALLOC, MRBENCH_CPU_FOLD): neither, the allocator only, both (the defaults)."""
 
@@ -50,8 +52,9 @@ def _run(
     return wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
 
 
-TIMINGS = ("perf/", "train/step_time", "train/train_runtime", "train/train_s")
-"""Prefixes of the metrics that are wall-clock readings (``train/train_samples_per_second`` …)."""
+# Wall-clock readings, different in every run: mrbench's perf/ metrics, TRL's step and run times
+# and its train_samples/steps_per_second.
+TIMINGS = (layout.PERF, *(layout.TRAIN + k for k in ("step_time", "train_runtime", "train_s")))
 
 
 def _final_metrics(results: Path) -> dict[str, float]:
