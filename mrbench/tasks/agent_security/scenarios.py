@@ -13,9 +13,9 @@ lands on the same side (~20 % of requests go to eval). Eval requests never occur
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
+import pickle
 import random
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -83,6 +83,13 @@ class Scenario:
         return cls(**data)
 
 
+def copy_world(world: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``world`` (plain dicts, lists, strings and numbers), as ``copy.deepcopy`` makes
+    it, shared parts shared alike; through pickle, which copies such data several times faster
+    than deepcopy's Python recursion (every episode copies its world)."""
+    return pickle.loads(pickle.dumps(world, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 class EmbeddedEnv:
     """The :class:`~.episode.Environment` of one embedded scenario (a fresh copy of its world)."""
 
@@ -91,7 +98,7 @@ class EmbeddedEnv:
     def __init__(self, scenario: Scenario, prompt_style: str = "compact") -> None:
         self.scenario = scenario
         self.prompt_style = prompt_style
-        self.world = copy.deepcopy(scenario.world)
+        self.world = copy_world(scenario.world)
 
     def initial_messages(self) -> list[Message]:
         """The episode's opening messages in its prompt style (:func:`.world.opening_messages`)."""
@@ -142,7 +149,7 @@ def _variants(rng: random.Random, template: str, index: int, seed: int, styles: 
         attack = attacker_goal(rng, world, names, goal)
         attack["style"] = style
         attack["text"] = injection_text(style, attack["goal"], attack["call"], rng)
-        attacked_world = copy.deepcopy(world)
+        attacked_world = copy_world(world)
         goal.inject(attacked_world, attack["text"])
         out.append(
             Scenario(
