@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -128,14 +129,22 @@ class LabDone:
 
 
 def run_jobs(
-    jobs: Sequence[LabJob], *, sweep: str, tracking_uri: str, say: Callable[[str], Any] = print
+    jobs: Sequence[LabJob],
+    *,
+    sweep: str,
+    tracking_uri: str,
+    say: Callable[[str], Any] = print,
+    stop: threading.Event | None = None,
 ) -> list[LabDone]:
-    """Simulate and log every job that the store lacks for ``sweep``; ``say`` reports each."""
+    """Simulate and log every job that the store lacks for ``sweep``; ``say`` reports each. Once
+    ``stop`` is set, no further job starts (the sweep was interrupted)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
     done = []
     for job in jobs:
+        if stop is not None and stop.is_set():
+            break
         name = job.scenario.name
         stored = finished_run(client, job, sweep)
         if stored is not None:

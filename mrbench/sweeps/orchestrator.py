@@ -17,7 +17,8 @@ claim (0 unless one of *its* cells failed); the last to end writes the complete 
 
 Executors (:mod:`mrbench.sweeps.executors`): ``workers == 1`` runs cells in this process, one
 after another; ``workers > 1`` runs each cell in its own process
-with ``cores // workers`` threads; ``executor: ray`` sends cells to Ray.
+with ``cores // workers`` threads; ``executor: ray`` sends cells to Ray. The lab runs in a thread
+of this process while cells run elsewhere (:class:`_SweepLab`), else after them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -157,10 +159,18 @@ def run_sweep(
     outcome.parent_run_id = parent
     # The live table on a terminal; plain lines with --verbose, whose library output it would garble.
     progress = SweepProgress(console, len(todo), workers, live=not verbose(), tracking_uri=uri)
+    lab = _SweepLab(spec, uri) if write_report and spec.lab else None
     with _parent_run(store, parent, progress, outcome, len(todo), console):
         ctx = _cell_context(spec, store, parent, cell_fn)
-        for result in _run_cells(spec, todo, ctx, workers, progress):
-            (outcome.held if result.status == SKIPPED else outcome.outcomes).append(result)
+        if lab is not None and _cells_elsewhere(spec, workers):
+            lab.start()
+        try:
+            for result in _run_cells(spec, todo, ctx, workers, progress):
+                (outcome.held if result.status == SKIPPED else outcome.outcomes).append(result)
+        except BaseException:
+            if lab is not None:
+                lab.cancel()
+            raise
         progress.close()
         _print_cells_left(spec.name, outcome, console)
         if spec.eval:  # the extra datasets, on every FINISHED cell's saved policy (engine.extra_evals)
@@ -169,7 +179,8 @@ def run_sweep(
             cells = [c.spec for c in grid.cells]
             run_extra_evals(spec.eval, spec.task_params, cells, uri, store.experiment_id, _say(console))
         if write_report:
-            _run_lab(spec, uri, console)
+            if lab is not None:
+                lab.finish(console)
             outcome.report_path = _write_report(spec.name, uri, parent, console)
     return outcome
 
@@ -358,23 +369,66 @@ def _describe_lab(spec: SweepSpec, report: bool, console: Any) -> None:
     console.print(line + ("" if report or not spec.lab else "; not run: the report is off"), highlight=False)
 
 
-def _run_lab(spec: SweepSpec, uri: str, console: Any) -> None:
+def _cells_elsewhere(spec: SweepSpec, workers: int) -> bool:
+    """Whether the cells run in other processes (worker processes or Ray), not in this one."""
+    return spec.executor == "ray" or workers > 1 or spec.processes_per_cell > 1
+
+
+class _SweepLab:
     """The sweep's lab scenarios (:mod:`mrbench.lab.in_sweep`), logged before the report that opens
     with them; a scenario already in the store for this sweep is skipped. A failure is reported but
-    fails neither the finished cells nor the report."""
-    if not spec.lab:
-        return
-    from mrbench.lab.in_sweep import plan, run_jobs
+    fails neither the finished cells nor the report.
 
-    try:
-        jobs = plan(spec.lab, spec.methods, spec.method_params, spec.lab_seeds)
-        run_jobs(
-            jobs, sweep=spec.name, tracking_uri=uri, say=lambda line: console.print(line, highlight=False)
-        )
-    except UserError as exc:
-        console.print(f"[yellow]no lab[/yellow]: {exc}")
-    except Exception as exc:
-        console.print(f"[red]lab failed[/red]: {error_text(exc)} (`mrbench simulate` runs one scenario)")
+    When the cells run in other processes, the lab runs in a thread of this one while they do
+    (:meth:`start`): on the core the first cell leaves idle while it builds its model, instead of
+    after the last cell. Its lines are printed when the cells are done (:meth:`finish`), so they
+    never cut through the progress display; an interrupted sweep lets the scenario under way end
+    and starts no other (:meth:`cancel`). Cells that run in this process come first and the lab
+    after them (two computations in one process would share its threads).
+    """
+
+    JOIN_S = 60.0  # the longest a cancelled scenario is waited for (one takes 1-2 s on a CPU)
+
+    def __init__(self, spec: SweepSpec, uri: str) -> None:
+        self.spec, self.uri = spec, uri
+        self.lines: list[str] = []
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Run the lab in a thread of its own from now on."""
+        self.thread = threading.Thread(target=self._run, name="mrbench-sweep-lab", daemon=True)
+        self.thread.start()
+
+    def cancel(self) -> None:
+        """Start no further scenario; wait for the one under way, if any."""
+        self.stop.set()
+        if self.thread is not None:
+            with _ignore_sigint():
+                self.thread.join(self.JOIN_S)
+
+    def finish(self, console: Any) -> None:
+        """Wait for the lab started beside the cells, or run it now; print what it said."""
+        if self.thread is None:
+            self._run()
+        else:
+            self.thread.join()
+        for line in self.lines:
+            console.print(line, highlight=False)
+
+    def _run(self) -> None:
+        from mrbench.lab.in_sweep import plan, run_jobs
+
+        spec = self.spec
+        try:
+            jobs = plan(spec.lab, spec.methods, spec.method_params, spec.lab_seeds)
+            run_jobs(jobs, sweep=spec.name, tracking_uri=self.uri, say=self.lines.append, stop=self.stop)
+        except UserError as exc:
+            self.lines.append(f"[yellow]no lab[/yellow]: {exc}")
+        except BaseException as exc:  # a thread's error would otherwise only reach stderr
+            self.lines.append(
+                f"[red]lab failed[/red]: {error_text(exc)} (`mrbench simulate` runs one scenario)"
+            )
 
 
 def _write_report(name: str, uri: str, parent: str, console: Any) -> Path | None:

@@ -128,3 +128,72 @@ def test_no_lab_without_the_report_or_with_an_empty_list(store: str, tmp_path: P
     _sweep(small("lab-empty", lab=(), report=True), store)
     report = (tmp_path / "reports" / "lab-empty" / "report.md").read_text(encoding="utf-8")
     assert "Estimator lab" not in report
+
+
+def _cell_runs(uri: str, sweep: str) -> list:
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(sweep)
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    return [r for r in runs if r.data.tags.get(layout.tag(layout.ROLE)) != layout.ROLE_SWEEP]
+
+
+def test_with_worker_processes_the_lab_runs_beside_the_cells_and_speaks_after_them(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MRBENCH_FAKE_CELL_SECONDS", "2")
+    spec = small("beside", lab=SCENARIOS, lab_seeds=4, report=True, workers=2)
+    printed = _sweep(spec, store)
+    cells = _cell_runs(store, "beside")
+    assert len(cells) == 4 and {c.info.status for c in cells} == {"FINISHED"}
+    last_cell_end = max(c.info.end_time for c in cells)
+    for scenario in SCENARIOS:
+        (parent,) = _lab_parents(store, scenario, "beside")
+        assert parent.info.status == "FINISHED"
+        assert parent.info.start_time < last_cell_end  # simulated while the cells ran
+    lines = printed.splitlines()
+    lab_lines = [i for i, line in enumerate(lines) if line.startswith("lab ")]
+    cell_lines = [i for i, line in enumerate(lines) if "|tool-calling|tiny|" in line]
+    assert len(lab_lines) == 2 and min(lab_lines) > max(cell_lines)  # printed once the cells are done
+    report = (tmp_path / "reports" / "beside" / "report.md").read_text(encoding="utf-8")
+    assert "| `scale` | 4 × 200 | `grpo` |" in report and "| `collapse` | 4 × 200 | `grpo` |" in report
+
+
+def test_an_interrupted_sweep_leaves_no_lab_run_open(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import _thread
+    import signal
+    import threading
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MRBENCH_FAKE_CELL_SECONDS", "3")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Timer(1.5, _thread.interrupt_main).start()  # while the first two cells run
+        spec = small("beside-int", lab=tuple(LAB_PRESETS), lab_seeds=4, report=True, workers=2)
+        outcome = run_sweep(
+            spec,
+            tracking_uri=store,
+            resolve=fake_resolve_spec,
+            cell_fn=fake_cell,
+            console=Console(file=io.StringIO(), width=300),
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert outcome.interrupted and outcome.exit_code == 130
+    lab_runs = [r for scenario in LAB_PRESETS for r in _lab_parents(store, scenario, "beside-int")]
+    assert {r.info.status for r in lab_runs} <= {"FINISHED"}  # none left RUNNING
+    assert not (tmp_path / "reports" / "beside-int").exists()  # no report after Ctrl-C
+
+
+def test_a_stopped_lab_starts_no_further_scenario(store: str) -> None:
+    import threading
+
+    from mrbench.lab.in_sweep import plan, run_jobs
+
+    stop = threading.Event()
+    stop.set()
+    jobs = plan(SCENARIOS, ("grpo",), {}, 4)
+    assert run_jobs(jobs, sweep="stopped", tracking_uri=store, say=lambda line: None, stop=stop) == []
+    assert _lab_parents(store, "scale", "stopped") == []
