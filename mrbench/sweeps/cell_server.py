@@ -61,7 +61,18 @@ SERVER_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 """Set in the server's environment only; each child takes its cell's environment instead."""
-HEAVY_MODULES = ("torch", "transformers", "trl", "mlflow", "mrbench.engine.runner")
+HEAVY_MODULES = (
+    "torch",
+    "transformers",
+    "trl",
+    "mlflow",
+    "mrbench.engine.runner",
+    # What a cell imports later (transformers and trl load their parts lazily): the trainer (TRL's
+    # GRPOTrainer with transformers' Trainer, accelerate, datasets, peft: 1.8 s) and MLflow's sqlite
+    # store (SQLAlchemy: 0.6 s), which every cell paid again after its fork.
+    "mrbench.engine.trainer",
+    "mlflow.store.tracking.sqlalchemy_store",
+)
 READY_TIMEOUT_S = 300.0  # the preload takes 8 s alone and over 20 s on a loaded machine
 REPLY_TIMEOUT_S = 30.0  # a fork of the preloaded server takes milliseconds
 CLOSE_GRACE_S = 30.0  # how long the sweep waits for the server to stop the children it still has

@@ -73,6 +73,9 @@ def _facts() -> dict[str, Any]:
         "parent_cmdline": Path(f"/proc/{ppid}/cmdline").read_bytes().replace(b"\0", b" ").decode(),
         "parent_threads": len(os.listdir(f"/proc/{ppid}/task")),
         "torch_loaded": torch is not None,
+        # what a real cell imports later, when it trains and logs to a local store
+        "trainer_loaded": "trl.trainer.grpo_trainer" in sys.modules,
+        "store_loaded": "mlflow.store.tracking.sqlalchemy_store" in sys.modules,
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         "env": {k: os.environ.get(k) for k in ENV_SEEN},
     }

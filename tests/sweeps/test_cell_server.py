@@ -101,6 +101,7 @@ def test_cells_fork_from_one_server_with_the_stack_imported_and_a_thread_alone(
     assert [o.status for o in outcomes.values()] == ["FINISHED", "FINISHED"]
     seen = [facts(record, s) for s in (0, 3)]
     assert all(f["torch_loaded"] for f in seen)  # imported before the cell started, once
+    assert all(f["trainer_loaded"] and f["store_loaded"] for f in seen)  # not paid again per cell
     assert {f["ppid"] for f in seen} != {os.getpid()} and len({f["ppid"] for f in seen}) == 1
     assert all("mrbench.sweeps.cell_server" in f["parent_cmdline"] for f in seen)
     assert all(f["parent_threads"] == 1 for f in seen)  # torch, mlflow and numpy started none
