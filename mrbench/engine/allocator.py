@@ -5,11 +5,11 @@ a memory mapping of its own and unmaps it when the block is freed, so the next b
 is mapped again and every one of its pages is faulted in and zeroed by the kernel. A training step
 on the CPU allocates and frees such blocks by the dozen: TRL's log-probability kernel works on
 ``[4096, vocabulary]`` float32 tiles (32 MiB each for the tiny models' 2,048 tokens), generation and
-the backward pass on activations of a few MiB. An agent-security cell of ``tiny`` spent 10 of its
-57 s in the kernel that way. Served from the heap, and the heap not trimmed below 1 GiB of free
-space, the blocks are reused instead: the same cell takes about 50 s
-(``python benchmarks/bench_allocator.py``). Where memory comes from changes no value, so every
-number stays the same.
+the backward pass on activations of a few MiB. An agent-security cell of ``tiny`` spent 8.9 s of
+its 54.5 s in the kernel (system time) that way. Served from the heap, and the heap not trimmed
+below 1 GiB of free space, the blocks are reused instead: the same cell takes 47.5 s, 1.0 s of it
+system time (``python benchmarks/bench_cpu_cell.py``). Where memory comes from changes no value,
+so every number stays the same.
 
 Only for processes that compute on the CPU (no GPU visible, :mod:`mrbench.engine.devices`): a
 GPU run's host memory holds the checkpoint while it loads, and keeping up to a GiB of it freed

@@ -32,6 +32,7 @@ from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, e
 from mrbench.sweeps.cell_process import EXIT_FINISHED, EXIT_KILLED, cell_payload
 from mrbench.sweeps.cell_server import CellServer, ServerCell
 from mrbench.sweeps.progress import SweepProgress
+from mrbench.sweeps.schedule import LongestFirst
 
 STOP_GRACE_S = 30.0  # how long a stopped worker may take to end its run KILLED before SIGKILL
 Worker = subprocess.Popen[bytes] | ServerCell
@@ -86,7 +87,8 @@ def slug(text: str) -> str:
 def run_processes(
     cells: list[Cell], ctx: CellContext, workers: int, progress: SweepProgress
 ) -> Iterator[CellOutcome]:
-    """Run up to ``workers`` cells at a time, each in a process of its own: a child forked by the
+    """Run up to ``workers`` cells at a time, each in a process of its own (seed by seed, the longest
+    kind of cell first: :mod:`mrbench.sweeps.schedule`): a child forked by the
     sweep's cell server (:mod:`mrbench.sweeps.cell_server`), or ``python -m
     mrbench.sweeps.cell_process`` without one, with the threads of
     :func:`mrbench.engine.threads.threads_for` (one for a tiny model, else ``cores // workers``);
@@ -98,13 +100,14 @@ def run_processes(
     env["TOKENIZERS_PARALLELISM"] = "false"
     ctx.log_dir.mkdir(parents=True, exist_ok=True)
     queue = list(cells)
+    order = LongestFirst()  # seed by seed, the longest kind of cell first (sweeps.schedule)
     running: dict[Worker, tuple[Cell, Path, Path, float, int]] = {}
     with tempfile.TemporaryDirectory(prefix="mrbench-sweep-") as tmp:
         starter = _Starter(fn_path, Path(tmp), progress)
         try:
             while queue or running:
                 while queue and len(running) < workers and starter.can_start():
-                    cell = queue.pop(0)
+                    cell = queue.pop(order.pick(queue))
                     skipped = ctx.held(cell)
                     if skipped is not None:
                         progress.skip(skipped)
@@ -129,6 +132,8 @@ def run_processes(
                     )
                     if isinstance(proc, ServerCell) and proc.lost and outcome.status != "FINISHED":
                         outcome.error = f"{outcome.error} (its cell server died)"
+                    if outcome.status == "FINISHED":
+                        order.finished(cell, outcome.wall_s)
                     progress.finish(outcome)
                     yield outcome
                 time.sleep(0.1)
