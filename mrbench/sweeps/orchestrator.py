@@ -167,21 +167,20 @@ def run_sweep(
         try:
             for result in _run_cells(spec, todo, ctx, workers, progress):
                 (outcome.held if result.status == SKIPPED else outcome.outcomes).append(result)
-        except BaseException:
-            if lab is not None:
-                lab.cancel()
-            raise
-        progress.close()
-        _print_cells_left(spec.name, outcome, console)
-        if spec.eval:  # the extra datasets, on every FINISHED cell's saved policy (engine.extra_evals)
-            from mrbench.engine.extra_evals import run_extra_evals
+            progress.close()
+            _print_cells_left(spec.name, outcome, console)
+            if spec.eval:  # the extra datasets, on every FINISHED cell's saved policy (engine.extra_evals)
+                from mrbench.engine.extra_evals import run_extra_evals
 
-            cells = [c.spec for c in grid.cells]
-            run_extra_evals(spec.eval, spec.task_params, cells, uri, store.experiment_id, _say(console))
-        if write_report:
-            if lab is not None:
-                lab.finish(console)
-            outcome.report_path = _write_report(spec.name, uri, parent, console)
+                cells = [c.spec for c in grid.cells]
+                run_extra_evals(spec.eval, spec.task_params, cells, uri, store.experiment_id, _say(console))
+            if write_report:
+                if lab is not None:
+                    lab.finish(console)
+                outcome.report_path = _write_report(spec.name, uri, parent, console)
+        finally:
+            if lab is not None:  # Ctrl-C or an error: no further scenario (a no-op once it is done)
+                lab.cancel()
     return outcome
 
 
