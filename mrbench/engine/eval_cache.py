@@ -12,8 +12,10 @@ the report can say how often it was reused.
 The key hashes the model's files (name, size and modification time of every file in the model
 folder: a rebuilt model gets a new key), the task's name, version and settings, and the eval
 limit. Only local model folders are cached: a hub id can resolve to new weights without its
-name changing, so those cells evaluate as before. Writes are atomic (rename into place), so two
-workers that evaluate the same key at once both write a complete, identical entry.
+name changing, so those cells evaluate as before. Cells that need the same key at once take
+turns (:func:`computing`: a file lock beside the entry, released if its holder dies), so one
+evaluates and the others read its entry, however the sweep schedules them; writes are atomic
+(rename into place), so a reader never sees half an entry.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +85,22 @@ def cache_key(
 
 def _path(key: str) -> Path:
     return results_dir() / "eval_cache" / f"{key}.json"
+
+
+@contextmanager
+def computing(key: str | None) -> Iterator[None]:
+    """Hold ``key`` while reading it and, when absent, evaluating and writing it: another process
+    asking for the same key waits, then reads the entry instead of evaluating again. No-op for
+    ``None`` (not cacheable)."""
+    if key is None:
+        yield
+        return
+    from filelock import FileLock
+
+    target = _path(key)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{key}.lock")):
+        yield
 
 
 def read(key: str | None) -> CachedEval | None:

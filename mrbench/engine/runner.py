@@ -403,14 +403,15 @@ def _evaluate_before(run: _CellRun, policy: _Policy) -> EvalResult:
     key = eval_cache.cache_key(
         policy.path, spec.task, task.version, spec.task_params, spec.train.eval_limit, mixed_precision=mixed
     )
-    cached = eval_cache.read(key)
-    if cached is not None:
-        run.log.tags({layout.tag(layout.EVAL_BEFORE_FROM): cached.run_id})
-        return EvalResult(metrics=cached.metrics, samples=cached.samples)
-    limit = spec.train.eval_limit
-    with phases.evaluation("eval before", policy.model, task, limit), autocast(spec.train.precision):
-        before = evaluate_model(task, policy.model, policy.tokenizer, limit)
-    eval_cache.write(key, dict(before.metrics), before.samples, run.run_id)
+    with eval_cache.computing(key):  # a cell of the same key evaluating now: wait, then read it
+        cached = eval_cache.read(key)
+        if cached is not None:
+            run.log.tags({layout.tag(layout.EVAL_BEFORE_FROM): cached.run_id})
+            return EvalResult(metrics=cached.metrics, samples=cached.samples)
+        limit = spec.train.eval_limit
+        with phases.evaluation("eval before", policy.model, task, limit), autocast(spec.train.precision):
+            before = evaluate_model(task, policy.model, policy.tokenizer, limit)
+        eval_cache.write(key, dict(before.metrics), before.samples, run.run_id)
     return before
 
 

@@ -83,3 +83,59 @@ def test_second_cell_reuses_the_first_cells_evaluation(micro_model_dir, tmp_path
     # The reused samples are logged in full, as if computed.
     paths_b = {f.path for f in client.list_artifacts(b.run_id, "eval")}
     assert layout.EVAL_SAMPLES_BEFORE in paths_b
+
+
+HOLDER = """
+import sys, time
+from mrbench.engine import eval_cache
+key = sys.argv[1]
+with eval_cache.computing(key):
+    print("holding", flush=True)
+    time.sleep(1.5)  # evaluating
+    eval_cache.write(key, {"m": 0.5}, [], "holder-run")
+"""
+
+
+def test_a_cell_asking_for_a_key_being_evaluated_waits_and_reads_it(tmp_path: Path, results: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    key = eval_cache.cache_key(str(_model(tmp_path)), "tool-calling", "1", {}, 4)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, key], env={**os.environ}, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        start = time.perf_counter()
+        with eval_cache.computing(key):
+            waited = time.perf_counter() - start
+            cached = eval_cache.read(key)
+        assert waited > 0.5  # it did not evaluate alongside the holder
+        assert cached is not None and cached.run_id == "holder-run" and cached.metrics == {"m": 0.5}
+    finally:
+        holder.wait(timeout=30)
+    assert holder.returncode == 0
+    with eval_cache.computing(None):  # not cacheable: nothing to hold
+        pass
+
+
+def test_a_holder_that_dies_releases_the_key(tmp_path: Path, results: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    key = eval_cache.cache_key(str(_model(tmp_path)), "tool-calling", "1", {}, 4)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER.replace("time.sleep(1.5)", "time.sleep(600)"), key],
+        env={**os.environ},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    with eval_cache.computing(key):
+        assert eval_cache.read(key) is None  # the dead holder wrote nothing: this cell evaluates
