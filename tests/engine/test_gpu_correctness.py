@@ -311,3 +311,32 @@ def test_vllm_extra_pins_the_transformers_ci_tests_the_engine_on() -> None:
     tested = re.search(r"transformers==(5\.1[0-7][.\d]*)", ci)
     assert tested, ".ci/run installs no transformers < 5.18 for the engine tests"
     assert "tests/engine" in ci[tested.start() :]
+
+
+# ------------------------------------------------------------------ 9. out of memory in an evaluation
+
+
+def test_out_of_memory_in_the_agent_security_evaluation_fails_the_cell_and_caches_nothing(
+    micro_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 3 of issue 33: an evaluation that runs out of GPU memory is no row of
+    ``policy_error`` episodes; the cell ends FAILED and the cache keeps no bogus "before" figure."""
+    from mrbench.engine.generation import HFGenerator
+
+    results = tmp_path / "results"
+    monkeypatch.setenv("MRBENCH_RESULTS", str(results))
+
+    def out_of_memory(self: Any, conversations: Any, *, max_new_tokens: int) -> list[str]:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(HFGenerator, "__call__", out_of_memory)
+    params = {"n_train": "8", "n_eval": "4"}
+    spec = resolve_spec("grpo", "agent-security", str(micro_model_dir), 0, task_params=params, train=SMALL)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with pytest.raises(torch.OutOfMemoryError):
+        runner.run_cell(spec, tracking_uri=uri, experiment="eval-oom", progress=False)
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("eval-oom").experiment_id])
+    assert run.info.status == "FAILED"
+    assert "OutOfMemoryError" in run.data.tags[layout.tag(layout.ERROR)]
+    assert not list((results / "eval_cache").glob("*.json"))

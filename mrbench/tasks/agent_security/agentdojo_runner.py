@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 from mrbench.core.contracts import Message
+from mrbench.core.failures import is_machine_failure
 from mrbench.tasks.agent_security.agentdojo_suites import (
     PIPELINE_NAME,
     VERSION,
@@ -135,7 +136,8 @@ class GeneratorLLM:
 
     ``policy`` maps conversations to assistant texts (wrap a harness ``Generator`` as
     ``lambda convs: generator(convs, max_new_tokens=n)``). The first invalid turn of an episode
-    (unparsable, over-long, too many calls, an unknown tool, a policy exception) ends it — the
+    (unparsable, over-long, too many calls, an unknown tool, a policy exception other than a
+    machine failure such as out of memory, which propagates) ends it — the
     element returns an assistant message without tool calls, so AgentDojo's loop stops — and
     is recorded in :attr:`events` for the rewards' validity check, exactly as our own runner
     (:class:`AgentDojoEnv`) ends such episodes. Tool errors (e.g. bad arguments) are AgentDojo's
@@ -169,6 +171,8 @@ class GeneratorLLM:
         try:
             text = str(self.policy([to_chat_messages(messages, self.limits)])[0])
         except Exception as exc:  # a failing policy ends the episode, it does not crash the run
+            if is_machine_failure(exc):  # ... but out of memory or a dead device does (see drive)
+                raise
             failed = f"policy_error: {type(exc).__name__}: {exc}"
             text = ""
         self.turns.append(text)
@@ -287,6 +291,8 @@ def run_policy(cases: Sequence[AgentDojoCase], policy: TextPolicy, limits: Limit
             utility, injected = run_pipeline_case(case, pipeline)
             error = ""
         except Exception as exc:  # a crash inside AgentDojo on odd input ends this case only
+            if is_machine_failure(exc):
+                raise
             utility, injected, error = (
                 False,
                 (False if case.attacked else None),

@@ -31,7 +31,8 @@ termination          valid  when
 ``unknown_tool``     no     a call names a tool the environment does not have
 ``bad_arguments``    no     a call's parameters are missing, unexpected or wrongly typed
 ``too_many_calls``   no     more than ``max_calls_per_turn`` calls in one turn
-``policy_error``     no     the policy (generator) raised
+``policy_error``     no     the policy (generator) raised; a machine failure (out of
+                            memory, a CUDA error) is not an episode's outcome: it propagates
 ``tool_error``       no     a tool raised (a refused payment, a missing file, a bug in the
                             tool); only for environments whose errors end episodes (the
                             embedded one; AgentDojo's tools report errors back to the model)
@@ -56,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mrbench.core.contracts import Message
+from mrbench.core.failures import is_machine_failure
 from mrbench.kit.toolcall import call_block, parse_message, response_block
 
 VALID_TERMINATIONS = frozenset({"answered", "turn_limit", "incomplete", "budget"})
@@ -323,7 +325,10 @@ def drive(episodes: Sequence[Episode], policy: Policy, max_rounds: int | None = 
 
     ``max_rounds``: stop after that many policy rounds (the rest end ``incomplete``; the
     single-turn mode uses 1). A policy exception ends every live episode with ``policy_error``
-    (logged in ``detail``) instead of propagating.
+    (logged in ``detail``) instead of propagating, except a machine failure
+    (:func:`~mrbench.core.failures.is_machine_failure`: out of memory, a CUDA or collective
+    error), which propagates: counted as the policy's fault it would deflate the metrics of a run
+    that ends FINISHED, and leave the other ranks of a sharded cell waiting in ``generate``.
     """
     rounds = 0
     while max_rounds is None or rounds < max_rounds:
@@ -336,6 +341,8 @@ def drive(episodes: Sequence[Episode], policy: Policy, max_rounds: int | None = 
             if len(texts) != len(live):
                 raise ValueError(f"policy returned {len(texts)} messages for {len(live)} conversations")
         except Exception as exc:
+            if is_machine_failure(exc):  # out of memory, a dead device: the run fails, not the episode
+                raise
             for ep in live:
                 ep.stop("policy_error", f"{type(exc).__name__}: {exc}")
             break

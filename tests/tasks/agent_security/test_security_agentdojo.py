@@ -116,6 +116,20 @@ def test_pipeline_element_survives_bad_output(cases: list[ad.AgentDojoCase]) -> 
         assert result.attack_succeeded is False
 
 
+def test_pipeline_element_lets_out_of_memory_through(cases: list[ad.AgentDojoCase]) -> None:
+    """AgentDojo's pipeline: a CUDA out-of-memory fails the evaluation, it is no ``policy_error``
+    (finding 3 of issue 33)."""
+    import torch
+
+    case = next(c for c in cases if c.suite == "banking" and c.attacked)
+
+    def out_of_memory(convs: list[Any]) -> list[str]:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        run_policy([case], out_of_memory, LIMITS)
+
+
 def test_env_semantics_unknown_tool_and_bad_arguments(cases: list[ad.AgentDojoCase]) -> None:
     case = next(c for c in cases if c.suite == "banking" and not c.attacked)
     unknown = drive(

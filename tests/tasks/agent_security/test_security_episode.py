@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
+import torch.distributed
 
 from mrbench.tasks.agent_security.episode import (
     INVALID_TERMINATIONS,
@@ -150,11 +152,32 @@ def test_endless_tool_loop_hits_the_turn_limit(pin_scenario: Scenario) -> None:
 
 def test_policy_exception_is_caught(pin_scenario: Scenario) -> None:
     def broken(convs: list[Any]) -> list[str]:
-        raise RuntimeError("CUDA out of memory")
+        raise ValueError("the chat template cannot render a tool turn")
 
     result = run_episodes([EmbeddedEnv(pin_scenario)], broken)[0]
-    assert result.termination == "policy_error" and "out of memory" in result.detail
+    assert result.termination == "policy_error" and "chat template" in result.detail
     assert result.termination in INVALID_TERMINATIONS
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+        MemoryError(),
+        RuntimeError("CUDA error: an illegal memory access was encountered"),
+        torch.distributed.DistBackendError("NCCL communicator was aborted"),
+    ],
+    ids=type,
+)
+def test_machine_failure_of_the_policy_propagates(pin_scenario: Scenario, failure: Exception) -> None:
+    """Out of memory is the machine's failure, not the policy's: counted as ``policy_error`` it
+    would end the cell FINISHED with deflated metrics (finding 3 of issue 33)."""
+
+    def broken(convs: list[Any]) -> list[str]:
+        raise failure
+
+    with pytest.raises(type(failure)):
+        run_episodes([EmbeddedEnv(pin_scenario)], broken)
 
 
 def test_policy_returning_wrong_count_is_caught(pin_scenario: Scenario) -> None:
