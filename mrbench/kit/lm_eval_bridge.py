@@ -28,7 +28,10 @@ renders as those same turns between the system message and the request;
 ``until`` (lm-eval always adds the tokenizer's EOS); ``process_results`` rebuilds the
 :class:`~mrbench.core.contracts.Sample` from the row and calls ``score_fn``, and every metric aggregates
 by ``mean``. The in-memory model and tokenizer are wrapped by lm-eval's ``HFLM``
-(``pretrained=model``), so it runs on whatever device the model is on (CPU here).
+(``pretrained=model``), so it runs on whatever device the model is on (CPU here), in the caller's
+precision: lm-eval wraps ``generate`` in its own ``torch.autocast``, which is switched off unless
+``HFLM`` gets a ``mixed_precision_dtype``, so the bridge passes the dtype of the autocast it is
+called under (:func:`caller_autocast_dtype`; none: float32 stays float32).
 
 Using the same task from the lm-eval CLI: :func:`export_lm_eval_task` writes
 ``<dir>/<task>.yaml``, ``<dir>/<task>.jsonl`` and ``<dir>/<task>_utils.py`` (score function
@@ -408,7 +411,15 @@ def _evaluate(generator: Any, manager: Any, spec: Any, batch_size: int) -> dict[
     was_training = bool(getattr(model, "training", False))
     try:
         # add_bos_token=False: the chat template already writes any markup the model expects.
-        lm = HFLM(pretrained=model, tokenizer=generator.tokenizer, batch_size=batch_size, add_bos_token=False)
+        # mixed_precision_dtype: lm-eval runs generate under its own torch.autocast, which without
+        # a dtype is autocast *off*; hand it the caller's, so the evaluation keeps its precision.
+        lm = HFLM(
+            pretrained=model,
+            tokenizer=generator.tokenizer,
+            batch_size=batch_size,
+            add_bos_token=False,
+            mixed_precision_dtype=caller_autocast_dtype(model),
+        )
         results: dict[str, Any] | None = evaluate(
             lm=lm,
             task_dict=manager.load([spec]),
@@ -420,6 +431,19 @@ def _evaluate(generator: Any, manager: Any, spec: Any, batch_size: int) -> dict[
     finally:
         model.train(was_training)
     return results
+
+
+def caller_autocast_dtype(model: Any) -> Any:
+    """The dtype of the ``torch.autocast`` this call runs under on ``model``'s device type
+    (``torch.bfloat16`` inside ``torch.autocast("cpu", dtype=torch.bfloat16)``), or ``None``
+    when autocast is off there."""
+    import torch
+
+    device = getattr(model, "device", None)
+    device_type = device.type if isinstance(device, torch.device) else "cpu"
+    if not torch.is_autocast_enabled(device_type):
+        return None
+    return torch.get_autocast_dtype(device_type)
 
 
 def _collect(

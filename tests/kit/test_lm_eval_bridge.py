@@ -190,3 +190,29 @@ def test_bad_input_is_rejected_with_the_bad_value(gen: HFGenerator, tmp_path: Pa
             metric_names=["x"],
             max_new_tokens=4,
         )
+
+
+def test_generation_keeps_the_callers_autocast(gen: HFGenerator) -> None:
+    """lm-eval runs ``generate`` under its own ``torch.autocast``, off unless given a dtype: the
+    bridge passes the caller's, so a cell evaluating under bfloat16 autocast computes in bfloat16,
+    and one in float32 stays float32 (finding 7 of issue 33)."""
+    import torch
+
+    seen: list[torch.dtype] = []
+    layer = next(m for m in gen.model.modules() if isinstance(m, torch.nn.Linear))
+    handle = layer.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    kwargs: dict[str, Any] = {
+        "task_name": "bridge_precision",
+        "score_fn": length_score,
+        "metric_names": ["chars"],
+        "max_new_tokens": 2,
+    }
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            run_generation_task(gen, make_samples()[:1], **kwargs)
+        mixed, seen[:] = set(seen), []
+        run_generation_task(gen, make_samples()[:1], **kwargs)
+    finally:
+        handle.remove()
+    assert mixed == {torch.bfloat16}
+    assert set(seen) == {torch.float32}
