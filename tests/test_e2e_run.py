@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from mrbench.core.records import RewardsRecord
 from mrbench.engine.config import resolve_spec
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
@@ -98,6 +100,14 @@ def test_mrbench_run_logs_complete_mlflow_run(micro_model_dir, tmp_path):
     local = Path(client.download_artifacts(run.info.run_id, "diagnostics.json", str(tmp_path)))
     diag = json.loads(local.read_text())
     assert diag["components"] == ["format", "function_name", "parameter", "values"] and diag["steps"] == 2
+    # Every training step's per-rollout rewards, gathered, in rewards.npz (mrbench simulate --like).
+    assert "rewards.npz" in artifacts
+    rewards = RewardsRecord.load(client.download_artifacts(run.info.run_id, "rewards.npz", str(tmp_path)))
+    assert rewards.components == ("format", "function_name", "parameter", "values")
+    assert rewards.rewards.shape[0] == 2 and rewards.rewards.shape[-1] == 4
+    p = rewards.rewards.shape[1]
+    assert rewards.group_ids.tolist() == [list(range(0, p)), list(range(p, 2 * p))]
+    assert (rewards.prompt_ids >= 0).all() and np.isfinite(rewards.rewards[..., 0]).all()
     # Artifacts of the default local store live under the results folder, not the CWD.
     assert run.info.artifact_uri.startswith((tmp_path / "results" / "artifacts").as_uri())
 

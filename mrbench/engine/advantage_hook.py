@@ -18,23 +18,27 @@ Everything else (loss, clipping, KL, optimisation) is TRL's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableSequence
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from mrbench.engine.distributed import local_slice
+from mrbench.engine.reward_log import group_prompt_ids
 
 
 @dataclass(frozen=True)
 class ScoredBatch:
     """One generation batch as the method saw it: ``rewards`` ``[P, G, K]`` (gathered over
-    processes), ``weights`` ``[K]`` and the method's ``advantages`` ``[P, G]``, all float32 on the CPU."""
+    processes), ``weights`` ``[K]`` and the method's ``advantages`` ``[P, G]``, all float32 on the CPU,
+    and ``prompt_ids`` ``[P]`` (:func:`mrbench.engine.reward_log.prompt_id` of each group's prompt;
+    empty when the caller passed no prompts)."""
 
     rewards: torch.Tensor
     weights: torch.Tensor
     advantages: torch.Tensor
+    prompt_ids: tuple[int, ...] = ()
 
 
 class AdvantageHook:
@@ -61,11 +65,14 @@ class AdvantageHook:
         logged: MutableSequence[float],
         process_index: int,
         num_processes: int,
+        prompts: Sequence[Any] = (),
     ) -> ScoredBatch:
         """Put the method's advantages into TRL's ``output`` (this process's ``[B_local]`` rows) and
         into the tail of ``logged`` (TRL's ``_logs["advantages"]``); return what the method saw.
 
-        ``group``: rollouts per prompt (``G``); ``reward_weights``: ``[K]``.
+        ``group``: rollouts per prompt (``G``); ``reward_weights``: ``[K]``; ``prompts``: TRL's
+        gathered prompt log (``_logs["prompt"]``, one entry per rollout, this batch's last), which
+        gives the batch's prompt ids.
         """
         rewards, self._kept_rewards = self._kept_rewards, None
         if rewards is None:  # pragma: no cover - TRL always scores before returning
@@ -80,7 +87,8 @@ class AdvantageHook:
         local = local_slice(advantages, trl_advantages.shape[0], process_index, num_processes)
         output["advantages"] = local.to(device=trl_advantages.device, dtype=trl_advantages.dtype)
         _show_in_completion_log(logged, advantages)
-        return ScoredBatch(grouped, weights, advantages.view(-1, group))
+        prompt_ids = tuple(group_prompt_ids(prompts, grouped.shape[0], group)) if prompts else ()
+        return ScoredBatch(grouped, weights, advantages.view(-1, group), prompt_ids)
 
 
 def _show_in_completion_log(logged: MutableSequence[float], advantages: torch.Tensor) -> None:

@@ -5,7 +5,8 @@ While a cell trains, every ``checkpoint_every`` optimizer steps the trainer writ
 ``optimizer.pt``, ``scheduler.pt``, ``rng_state.pth`` and ``trainer_state.json`` with the step),
 then mrbench adds :data:`MARKER`, written atomically once everything else is on disk: the run key,
 the MLflow run id, store and experiment, the number of processes, the size of every file of the
-checkpoint, and mrbench's own running state (the means that go to ``diagnostics.json``). A
+checkpoint, and mrbench's own running state (the means that go to ``diagnostics.json``; the
+rewards so far, for ``rewards.npz``, in :data:`mrbench.engine.reward_log.CHECKPOINT_FILE`). A
 checkpoint without it is partial. A multi-process cell (:mod:`mrbench.engine.distributed`) writes
 the same checkpoint with one ``rng_state_<rank>.pth`` per process; rank 0 writes the marker once
 every rank has saved, and when the cell runs again rank 0 alone picks (and cleans) the checkpoint
@@ -60,6 +61,7 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.engine import reward_log
 from mrbench.engine.checkpoints import CellFolder, SaveMode, parse_save
 
 log = logging.getLogger(__name__)
@@ -444,11 +446,12 @@ class CheckpointWriter:
         retire the earlier ones."""
         from mrbench.engine.distributed import world_size
 
+        trainer = self.trainer
+        trainer.reward_log.save(path / reward_log.CHECKPOINT_FILE)  # the rewards so far (rewards.npz)
         files = {}
         for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != MARKER):
             _fsync(file)  # the marker must never outlive, on disk, the files it vouches for
             files[str(file.relative_to(path))] = file.stat().st_size
-        trainer = self.trainer
         marker = {
             "version": MARKER_VERSION,
             **self.identity,
@@ -483,6 +486,7 @@ class CheckpointWriter:
         module = sys.modules[type(trainer.diag_accumulator).__module__]
         trainer.diag_accumulator = _from_json(state["diagnostics"], module)
         trainer._batches_scored = int(state["batches_scored"])
+        trainer.reward_log = reward_log.RewardLog.load(self.resumed.point.path / reward_log.CHECKPOINT_FILE)
         return str(self.resumed.point.path)
 
 

@@ -492,7 +492,8 @@ def _evaluate_after_training(run: _CellRun, trainer: Any, tokenizer: Any) -> Eva
 
 def _log_results(run: _CellRun, after: EvalResult, trainer: Any, wall_s: float) -> None:
     """At the last step: ``eval/<m>`` after training and the ``perf/...`` timings; the samples after
-    training, ``diagnostics.json`` and the completion log as artifacts."""
+    training, ``diagnostics.json``, the completion log and every training batch's rewards
+    (``rewards.npz``) as artifacts."""
     perf = {
         layout.PERF_WALL_S: wall_s,
         layout.PERF_TRAIN_S: run.train_s,
@@ -504,6 +505,8 @@ def _log_results(run: _CellRun, after: EvalResult, trainer: Any, wall_s: float) 
     components = [c.name for c in run.task.reward_components()]
     run.log.json_artifact(trainer.diag_accumulator.summary(components), layout.DIAGNOSTICS_ARTIFACT)
     run.log.json_artifact(trainer.completion_log(), layout.COMPLETIONS_ARTIFACT)
+    weights = [float(w) for w in trainer.reward_weights]
+    run.log.file_artifact(layout.REWARDS_ARTIFACT, trainer.reward_log.record(components, weights).save)
 
 
 def _complete(

@@ -25,6 +25,7 @@ import torch
 
 from mrbench.core.records import ShadowComparison
 from mrbench.engine.advantage_hook import ScoredBatch
+from mrbench.engine.reward_log import RewardLog
 from mrbench.engine.run_diagnostics import DiagnosticsAccumulator
 from mrbench.methods import METHODS
 from mrbench.methods.diagnostics import diagnostics, shadow_diagnostics
@@ -49,8 +50,9 @@ class StepDiagnostics:
     """The diagnostics of every ``every``-th scored batch (1 = always), shadows ``shadow_fns``
     (name → function, called with default hyper-parameters) included.
 
-    ``accumulator`` holds the run means of the training batches; ``batches_scored`` counts the
-    batches seen (both are saved in, and restored from, a training checkpoint by
+    ``accumulator`` holds the run means of the training batches; ``rewards`` every training batch's
+    rewards (main process only; :mod:`mrbench.engine.reward_log`); ``batches_scored`` counts the
+    batches seen (all three are saved in, and restored from, a training checkpoint by
     :mod:`mrbench.engine.resume`).
     """
 
@@ -58,6 +60,7 @@ class StepDiagnostics:
         self.shadow_fns = shadow_fns
         self.every = max(1, every)
         self.accumulator = DiagnosticsAccumulator()
+        self.rewards = RewardLog()
         self.batches_scored = 0
         self._warned: set[str] = set()
 
@@ -73,6 +76,8 @@ class StepDiagnostics:
         """Count ``batch`` and, when it is due and this is the main process, append its diagnostics
         to ``metrics`` (TRL's ``_metrics[mode]``; ``mode`` "train" or "eval")."""
         # Diagnostics and shadows see the gathered batch; only the main process's logs are kept.
+        if main_process and mode == "train":
+            self.rewards.add(batch.rewards, batch.prompt_ids or [-1] * batch.rewards.shape[0])
         if main_process and self.batches_scored % self.every == 0:
             self._log(mode, batch, metrics, component_names)
         self.batches_scored += 1

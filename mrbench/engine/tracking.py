@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,13 @@ class RunLog:
         path = self.spool / artifact_path
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, obj)
+        self._send({"op": "artifact", "path": artifact_path})
+
+    def file_artifact(self, artifact_path: str, write: Callable[[Path], None]) -> None:
+        """Log the file that ``write(path)`` writes as the artifact ``artifact_path``."""
+        path = self.spool / artifact_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
         self._send({"op": "artifact", "path": artifact_path})
 
     def flush(self) -> None:

@@ -26,6 +26,7 @@ from trl import GRPOTrainer
 from mrbench.core.rollout import Rollout
 from mrbench.engine.advantage_hook import AdvantageHook
 from mrbench.engine.completion_log import completion_rows
+from mrbench.engine.reward_log import RewardLog
 from mrbench.engine.rollout_adapter import trl_rollout_func
 from mrbench.engine.run_diagnostics import DiagnosticsAccumulator
 from mrbench.engine.step_diagnostics import StepDiagnostics, resolve_shadows
@@ -86,6 +87,7 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
             logged=self._logs["advantages"],
             process_index=acc.process_index,
             num_processes=acc.num_processes,
+            prompts=self._logs["prompt"],
         )
         self.step_diagnostics.after_batch(
             mode, batch, self._metrics[mode], self.reward_func_names, main_process=acc.is_main_process
@@ -112,6 +114,15 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
     @diag_accumulator.setter
     def diag_accumulator(self, value: DiagnosticsAccumulator) -> None:  # restored by mrbench.engine.resume
         self.step_diagnostics.accumulator = value
+
+    @property
+    def reward_log(self) -> RewardLog:
+        """Every training batch's rewards so far (``rewards.npz``; kept in a training checkpoint)."""
+        return self.step_diagnostics.rewards
+
+    @reward_log.setter
+    def reward_log(self, value: RewardLog) -> None:  # restored by mrbench.engine.resume
+        self.step_diagnostics.rewards = value
 
     @property
     def _batches_scored(self) -> int:

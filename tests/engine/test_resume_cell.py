@@ -21,14 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.core.records import RewardsRecord
 from mrbench.engine import resume
 from mrbench.engine.checkpoints import CellFolder, parse_save
 from mrbench.engine.config import resolve_spec
+from mrbench.engine.reward_log import RewardLog
 from mrbench.engine.run_diagnostics import DiagnosticsAccumulator
 from mrbench.engine.runner import run_cell
 from mrbench.store.client import RetryingClient, ensure_experiment
@@ -108,6 +111,16 @@ def _assert_same_training(uri_a: str, uri_b: str, experiment: str, steps: int, t
     for key in ha:
         assert ha[key] == hb[key], key  # bit for bit
     assert _artifacts(uri_a, run_a, tmp / "a") == _artifacts(uri_b, run_b, tmp / "b")
+    # rewards.npz holds every step's rewards, those from before the kill included (from the checkpoint).
+    rewards = [
+        RewardsRecord.load(
+            MlflowClient(uri).download_artifacts(run.info.run_id, layout.REWARDS_ARTIFACT, str(into))
+        )
+        for uri, run, into in ((uri_a, run_a, tmp / "ra"), (uri_b, run_b, tmp / "rb"))
+    ]
+    assert rewards[0].rewards.shape[0] == steps
+    assert np.array_equal(rewards[0].rewards, rewards[1].rewards, equal_nan=True)
+    assert np.array_equal(rewards[0].prompt_ids, rewards[1].prompt_ids)
 
 
 # ------------------------------------------------------------------ a real cell, killed with SIGKILL
@@ -311,7 +324,9 @@ def _fake_checkpoint(
         torch.save({"state": torch.ones(3)}, path / name)
     (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     start = resume.CellStart(run_id, run_key, "sqlite:///x.db", "1", parse_save("final"), 2, None)
-    trainer = SimpleNamespace(diag_accumulator=DiagnosticsAccumulator(), _batches_scored=step)
+    trainer = SimpleNamespace(
+        diag_accumulator=DiagnosticsAccumulator(), _batches_scored=step, reward_log=RewardLog()
+    )
     writer = resume.CheckpointWriter(trainer, folder, start)
     writer.keep_every = 0
     writer.complete(path, step)
