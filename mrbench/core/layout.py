@@ -198,6 +198,7 @@ PARAM_SEED = "seed"
 METHOD_PARAM = "method."  # + hyper-parameter
 TASK_PARAM = "task."  # + task setting
 TRAIN_PARAM = "train."  # + TrainSettings field
+PARAM_TRAIN_PRECISION = TRAIN_PARAM + "precision"  # what `mrbench eval run:<id>` evaluates under
 
 
 def cell_params(
@@ -458,7 +459,7 @@ ROLE_EVAL = "eval"
 EVAL_OF = "eval_of"  # tag: id of the training run whose checkpoint was evaluated
 EVAL_EXPERIMENT = "mrbench-eval"
 PARAM_MODEL_PATH = "model_path"  # what was loaded: a folder or a hub id
-EVAL_PARAM = "eval."  # + dataset | limit | samples
+EVAL_PARAM = "eval."  # + dataset | limit | samples | precision
 EVAL_SAMPLES = "eval/samples.jsonl"
 
 
@@ -507,15 +508,16 @@ def eval_params(
     dataset: str,
     limit: int,
     samples: int,
+    precision: str = "auto",
 ) -> dict[str, str]:
     """The params of one evaluation run, every value as ``str``.
 
     >>> eval_params(task="t", task_params={"n_eval": 4}, model="tiny", model_path="/m", seed=0,
-    ...             dataset="embedded", limit=2, samples=1)["eval.limit"]
-    '2'
+    ...             dataset="embedded", limit=2, samples=1, precision="bf16")["eval.precision"]
+    'bf16'
     """
     flat = {PARAM_TASK: task, PARAM_MODEL: model, PARAM_MODEL_PATH: model_path, PARAM_SEED: str(seed)}
     flat.update({TASK_PARAM + k: str(v) for k, v in task_params.items()})
-    options = {"dataset": dataset, "limit": limit, "samples": samples}
+    options = {"dataset": dataset, "limit": limit, "samples": samples, "precision": precision}
     flat.update({EVAL_PARAM + k: str(v) for k, v in options.items()})
     return flat

@@ -44,6 +44,12 @@ What :func:`run_eval` evaluates (an :class:`EvalSpec`):
     sets: which items are drawn) and the global random seed (default: the task's, 0).
 ``limit``
     evaluate the first ``limit`` eval samples (0 = all).
+``precision``
+    the ``precision`` train setting the evaluation repeats (``auto``, ``bf16``, ``fp32``; default:
+    for ``run:<run id>`` the cell's own ``train.precision``, else ``auto``, the cells' default).
+    The model is loaded in float32 and evaluated under the autocast that setting gives, as a cell
+    loads and evaluates its policy (:func:`mrbench.engine.models.mixed_precision`): bfloat16
+    autocast under ``bf16``, and under ``auto`` on a GPU that computes in bfloat16.
 
 Errors a user can cause (an unknown run id, a folder without weights, an unknown dataset, a bad
 setting, a hub data set that is neither reachable nor cached) raise
@@ -65,6 +71,7 @@ from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.core.provenance import git_sha
 from mrbench.engine.allocator import keep_freed_blocks
+from mrbench.engine.config import TrainSettings
 from mrbench.engine.run_guard import ends_run_on_error
 from mrbench.engine.threads import use_threads_for
 from mrbench.engine.tracking import RunLog
@@ -76,6 +83,8 @@ SAMPLES_SETTING = "n_sampled"
 """The task setting that ``samples`` sets: completions sampled per problem by the task's evaluation."""
 SEED_SETTING = "seed"
 BUDGET_SETTING = "max_completion_tokens"
+DEFAULT_PRECISION = TrainSettings.precision
+"""The cells' default ``precision`` train setting."""
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "*.bin.index.json")
 """What ``from_pretrained`` loads weights from (one file, or the index of a sharded checkpoint)."""
 
@@ -119,17 +128,20 @@ class EvalSpec:
     samples: int | None = None
     seed: int | None = None
     task_params: Mapping[str, Any] = field(default_factory=dict)
+    precision: str | None = None
+    """The ``precision`` train setting to evaluate under; None: the cell's (``run:<id>``), else auto."""
 
 
 @dataclass(frozen=True)
 class ModelSource:
     """A model to load: ``path`` for ``from_pretrained`` (a preset name until prepared), ``label``
-    for the ``model`` tag, and for a cell's checkpoint the cell's run id and method."""
+    for the ``model`` tag, and for a cell's checkpoint the cell's run id, method and precision."""
 
     path: str
     label: str
     eval_of: str = ""
     method: str = ""
+    precision: str = ""
 
 
 @dataclass(frozen=True)
@@ -278,7 +290,8 @@ def task_settings(
 
 
 def check_model_folder(folder: Path, value: str) -> None:
-    """:class:`UserError` naming ``value`` unless ``folder`` holds a model: ``config.json`` and weights."""
+    """:class:`UserError` naming ``value`` unless ``folder`` holds a model: ``config.json`` naming a
+    model type transformers knows (a custom type's own code is never run), and weights."""
     if not folder.is_dir():
         raise UserError(f"model {value!r}: {folder} is not a folder (it was moved or deleted?)")
     if not (folder / "config.json").is_file():
@@ -288,18 +301,43 @@ def check_model_folder(folder: Path, value: str) -> None:
             f"model {value!r}: the folder {folder} holds no weights ({', '.join(WEIGHT_FILES)}); "
             "save the model there with save_pretrained, or name another folder"
         )
+    _check_model_type(folder / "config.json", value)
 
 
-def resolve_model(name: str, client: RetryingClient) -> ModelSource:
-    """Where ``name`` (preset, hub id, folder or ``run:<id>``) loads from; :class:`UserError` if it cannot."""
+def _check_model_type(config: Path, value: str) -> None:
+    """:class:`UserError` unless ``config`` is a JSON object whose ``model_type`` transformers knows."""
+    import json
+
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"model {value!r}: {config} cannot be read as JSON ({exc})") from None
+    model_type = data.get("model_type") if isinstance(data, dict) else None
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise UserError(
+            f"model {value!r}: {config} names model_type {model_type!r}, which this transformers does "
+            "not know (a model's own code is never run); use a model of a built-in architecture"
+        )
+
+
+def check_model(name: str) -> None:
+    """:class:`UserError` naming ``name`` (a preset, a hub id or a local folder) unless it can be
+    loaded: a folder must hold a model (:func:`check_model_folder`), a hub id must exist."""
     from mrbench.engine.models import check_model_available, is_preset
 
-    if name.startswith(RUN_PREFIX):
-        return _checkpoint_of(name, client)
     if not is_preset(name) and Path(name).exists():  # a preset's name wins, as in prepare_model
         check_model_folder(Path(name), name)
     else:
         check_model_available(name)  # unknown names, and hub ids that cannot load, in seconds
+
+
+def resolve_model(name: str, client: RetryingClient) -> ModelSource:
+    """Where ``name`` (preset, hub id, folder or ``run:<id>``) loads from; :class:`UserError` if it cannot."""
+    if name.startswith(RUN_PREFIX):
+        return _checkpoint_of(name, client)
+    check_model(name)
     return ModelSource(path=name, label=name)
 
 
@@ -330,6 +368,7 @@ def _checkpoint_of(value: str, client: RetryingClient) -> ModelSource:
         label=layout.read_tag(tags, layout.MODEL) or value,
         eval_of=run_id,
         method=layout.read_tag(tags, layout.METHOD),
+        precision=run.data.params.get(layout.PARAM_TRAIN_PRECISION, ""),
     )
 
 
@@ -358,6 +397,7 @@ def run_eval(
     task = build_task(task_name, settings)
     try:
         check_eval_data(task, dataset)
+        precision = spec.precision or source.precision or DEFAULT_PRECISION
         loaded = _load_evaluated_model(spec, source, settings)
         run_id = _start_run(client, experiment, task_name, task, source, dataset)
         n_sampled = int(settings.get(SAMPLES_SETTING, 1))
@@ -370,12 +410,13 @@ def run_eval(
             dataset=dataset,
             limit=spec.limit,
             samples=n_sampled,
+            precision=precision,
         )
         with tempfile.TemporaryDirectory(prefix="mrbench-eval-") as spool:
             run_log = RunLog(client, run_id, Path(spool))
             with ends_run_on_error(client, run_id):
                 run_log.params(params)
-                result, metrics, eval_s = _evaluate(task, loaded, spec.limit, n_sampled)
+                result, metrics, eval_s = _evaluate(task, loaded, spec.limit, n_sampled, precision)
                 wall_s = time.perf_counter() - started
                 _log_and_finish(run_log, result, metrics, wall_s, eval_s, loaded.prepare_s)
     finally:
@@ -410,8 +451,12 @@ def _check_before_any_run(
 ) -> tuple[RetryingClient, ModelSource]:
     """The store's client and the model's source, once what needs no model is checked (the limit,
     the task and its settings, the store, the model's name): :class:`UserError` before any run exists."""
+    from mrbench.engine.models import mixed_precision
+
     if isinstance(spec.limit, bool) or spec.limit < 0:
         raise UserError(f"--limit must be >= 0 (0 = every eval sample), got {spec.limit!r}")
+    if spec.precision is not None:
+        mixed_precision(spec.precision)  # an unknown precision: UserError naming the choices
     task_settings(spec)  # a bad task, setting or dataset fails before the store is touched
     check_tracking_reachable(tracking_uri)
     client = RetryingClient(tracking_uri, tracking_retry_s)
@@ -420,7 +465,8 @@ def _check_before_any_run(
 
 def _load_evaluated_model(spec: EvalSpec, source: ModelSource, settings: Mapping[str, Any]) -> _LoadedModel:
     """Prepare ``source`` (:func:`~mrbench.engine.models.prepare_model`), seed every generator with
-    ``spec.seed`` (else the task's ``seed`` setting, else 0) and load the model."""
+    ``spec.seed`` (else the task's ``seed`` setting, else 0) and load the model in float32, as a
+    cell loads its policy (the master weights whatever the precision)."""
     from transformers import set_seed
 
     from mrbench.engine.models import prepare_model
@@ -431,17 +477,20 @@ def _load_evaluated_model(spec: EvalSpec, source: ModelSource, settings: Mapping
     path = prepare_model(source.path)
     seed = spec.seed if spec.seed is not None else settings.get(SEED_SETTING, 0)
     set_seed(seed if isinstance(seed, int) else 0)
-    model, tokenizer = load_policy(path)
+    model, tokenizer = load_policy(path, dtype="float32")
     return _LoadedModel(path, model, tokenizer, seed, time.perf_counter() - t0)
 
 
 def _evaluate(
-    task: Task, loaded: _LoadedModel, limit: int, n_sampled: int
+    task: Task, loaded: _LoadedModel, limit: int, n_sampled: int, precision: str
 ) -> tuple[EvalResult, dict[str, float], float]:
-    """:func:`evaluate_model` of the loaded model, its metrics with pass@``n_sampled``
-    (:func:`with_pass_at_k`), and the seconds the evaluation took."""
+    """:func:`evaluate_model` of the loaded model under the autocast of ``precision`` (as a cell
+    evaluates), its metrics with pass@``n_sampled`` (:func:`with_pass_at_k`), and the seconds it took."""
+    from mrbench.engine.models import autocast
+
     t0 = time.perf_counter()
-    result = evaluate_model(task, loaded.model, loaded.tokenizer, limit)
+    with autocast(precision):
+        result = evaluate_model(task, loaded.model, loaded.tokenizer, limit)
     eval_s = time.perf_counter() - t0
     return result, with_pass_at_k(result.metrics, result.samples, n_sampled), eval_s
 

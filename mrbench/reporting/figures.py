@@ -10,6 +10,7 @@ drawing jobs (:class:`FigureQueue`) that the sections fill and :func:`drawing.re
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import re
 import warnings
@@ -33,6 +34,8 @@ PARETO_AXES = {  # the trade-off each domain is about; other tasks use their fir
     "tool-calling": ("values", "format"),
 }
 FIGURE_PATTERNS = ("curves-*.png", "pareto-*.png", "corr-*.png", "share-*.png", "scaling-*.png")
+MANIFEST = "report-files.txt"
+"""Beside ``report.md``: the figures that report wrote, the only files its next run deletes."""
 TOTAL_REWARD_PANEL = "total reward (weighted)"
 
 
@@ -46,10 +49,38 @@ def slug(text: str) -> str:
 
 
 def remove_old_figures(out: Path) -> None:
-    """Delete the figures of an earlier report in ``out`` (this one may not redraw them all)."""
-    for pattern in FIGURE_PATTERNS:
-        for old in out.glob(pattern):
+    """Delete the figures an earlier report wrote into ``out`` (this one may not redraw them all):
+    those its manifest (:data:`MANIFEST`) lists, and nothing else. A listed name is deleted only
+    if it is a plain file name of one of the report's figure kinds (:data:`FIGURE_PATTERNS`), so a
+    manifest never deletes a file elsewhere, or one the report did not write."""
+    for name in _listed(out / MANIFEST):
+        old = out / name
+        if old.is_file() and not old.is_symlink():
             old.unlink()
+
+
+def write_manifest(out: Path, figures: list[Path]) -> Path:
+    """Write ``out/<MANIFEST>``: the names of the figures this report wrote, one per line."""
+    path = out / MANIFEST
+    path.write_text("".join(f"{p.name}\n" for p in sorted(figures)), encoding="utf-8")
+    return path
+
+
+def _listed(manifest: Path) -> list[str]:
+    """The figure names ``manifest`` lists (none when it is missing or unreadable)."""
+    try:
+        lines = manifest.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [
+        name
+        for name in (line.strip() for line in lines)
+        if name
+        and "/" not in name
+        and "\\" not in name
+        and name == Path(name).name
+        and any(fnmatch.fnmatchcase(name, pattern) for pattern in FIGURE_PATTERNS)
+    ]
 
 
 def band(histories: list[History | None]) -> Band | None:

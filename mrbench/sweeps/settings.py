@@ -14,20 +14,20 @@ when the grid is expanded (see :mod:`mrbench.sweeps.grid`); this module checks s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.core.names import MAX_NAME_LENGTH, name_problem
 from mrbench.core.registry import Range
 from mrbench.engine.distributed import DISTRIBUTED
 from mrbench.engine.resume import CHECKPOINT_EVERY_ENV, parse_checkpoint_every
 from mrbench.lab.presets import get_scenario
 from mrbench.store.client import DEFAULT_RETRY_S, RETRY_ENV
+from mrbench.sweeps.memory_plan import parse_size
 
 EXECUTORS = ("local", "ray")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 @dataclass(frozen=True)
@@ -180,11 +180,10 @@ def choice(options: tuple[str, ...]) -> Reader:
 
 
 def _name(value: Any, at: At) -> str:
-    if not isinstance(value, str) or not NAME_RE.match(value):
-        raise at.error(
-            f"{value!r} is not a valid sweep name "
-            "(letters, digits, '.', '_', '-'; it names the MLflow experiment and the report folder)"
-        )
+    """The sweep's name, checked as every name of a path or an experiment is (:mod:`mrbench.core.names`)."""
+    problem = name_problem(value, "sweep name")
+    if problem is not None:
+        raise at.error(problem)
     return value
 
 
@@ -263,6 +262,16 @@ def _lab(value: Any, at: At) -> tuple[str, ...]:
     return scenarios
 
 
+def _gpu_memory(value: Any, at: At) -> int | None:
+    """A memory size (``80GB``, ``141GiB``, or bytes) → bytes; null → None (the visible GPU's)."""
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except UserError:
+        raise at.bad("a memory size such as 80GB or 141GiB", value) from None
+
+
 def _checkpoint_every(value: Any, at: At) -> int | None:
     """``auto`` (or null) → None, else a number of steps ≥ 0."""
     if isinstance(value, str):
@@ -283,7 +292,9 @@ SETTINGS: tuple[Setting, ...] = (
             "the file's name, slugged; without a file, the preset's (`<preset>-<hash>` when the cells "
             "differ from it)"
         ),
-        meaning="MLflow experiment and report folder (letters, digits, `.` `_` `-`)",
+        meaning=(
+            f"MLflow experiment and report folder (letters, digits, `.` `_` `-`; at most {MAX_NAME_LENGTH})"
+        ),
         option=Option(
             "--name",
             "Sweep name = MLflow experiment and report folder (default: the config's name, else its "
@@ -432,6 +443,18 @@ SETTINGS: tuple[Setting, ...] = (
         option=Option("--distributed", "accelerate preset of those processes: ddp | fsdp | zero3."),
     ),
     Setting(
+        "gpu_memory",
+        _gpu_memory,
+        default="the visible GPU's, else 80GB",
+        meaning="memory of each GPU the memory plan checks every cell against (`80GB`, `141GiB`); "
+        "a cell that does not fit is refused before any run (docs/paper.md)",
+        option=Option(
+            "--gpu-memory",
+            "Memory of each GPU for the memory plan, e.g. 80GB or 141GiB (default: the visible "
+            "GPU's, else 80GB); cells that do not fit are refused.",
+        ),
+    ),
+    Setting(
         "checkpoint_every",
         _checkpoint_every,
         default=f"`auto` (or `${CHECKPOINT_EVERY_ENV}`)",
@@ -478,6 +501,20 @@ SETTINGS: tuple[Setting, ...] = (
         option=Switch("--no-lab", "Do not run the estimator lab before the report (lab: []).", []),
     ),
     Setting("lab_seeds", integer(Range(ge=1)), default="50", meaning="seeds per lab scenario"),
+    Setting(
+        "rehearse",
+        _flag,
+        default="false",
+        meaning="rehearse the sweep on the CPU: stand-in models, a few steps, each cell killed and resumed "
+        "(docs/cluster.md)",
+        option=Switch(
+            "--rehearse",
+            "Rehearse the sweep on this CPU before booking GPUs: every cell's configuration with a small "
+            "stand-in model of its family, 2 steps, killed after its first checkpoint and resumed, then "
+            "the report (experiment <name>-rehearsal).",
+            True,
+        ),
+    ),
 )
 BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
 

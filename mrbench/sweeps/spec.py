@@ -21,9 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.core.names import is_valid_name
 from mrbench.lab.presets import PRESETS as LAB_PRESETS
-from mrbench.sweeps.paper import PAPER_MODEL_TRAIN, PAPER_MODELS, PAPER_TRAIN
-from mrbench.sweeps.settings import BY_KEY, NAME_RE, SETTINGS, At
+from mrbench.sweeps.paper import (
+    PAPER_DISTRIBUTED,
+    PAPER_EVAL,
+    PAPER_MODEL_TRAIN,
+    PAPER_MODELS,
+    PAPER_PROCESSES,
+    PAPER_TASK_PARAMS,
+    PAPER_TRAIN,
+    paper_model_train,
+)
+from mrbench.sweeps.settings import BY_KEY, SETTINGS, At
 
 MAIN_METHODS = ("grpo", "gdpo", "corrgrpo")
 LAB_SCENARIOS = tuple(LAB_PRESETS)  # every preset runs every lab scenario (seconds in all)
@@ -79,6 +89,9 @@ class SweepSpec:
     """Processes training each cell (``accelerate launch``; see :mod:`mrbench.engine.distributed`)."""
     distributed: str = "ddp"
     """The ``accelerate`` preset of a multi-process cell: ``ddp``, ``fsdp`` or ``zero3``."""
+    gpu_memory: int | None = None
+    """Bytes of each GPU the memory plan checks cells against (:mod:`mrbench.sweeps.preflight`);
+    None: the visible GPU's, else 80 GB."""
     checkpoint_every: int | None = None
     """Training checkpoints every N steps (0: none); None: ``$MRBENCH_CHECKPOINT_EVERY``, else a tenth
     of the steps. Handed to each cell with its spec (:class:`mrbench.engine.config.CellOptions`)."""
@@ -90,7 +103,7 @@ class SweepSpec:
     eval: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Extra evaluation datasets per task (``mrbench eval --dataset`` names), evaluated on each
     FINISHED cell's saved policy after training; not part of the run key
-    (:mod:`mrbench.engine.extra_evals`). The presets have none."""
+    (:mod:`mrbench.engine.extra_evals`). The ``paper`` preset's are the paper's other benchmarks."""
     lab: tuple[str, ...] = ()
     """Estimator-lab scenarios (:mod:`mrbench.lab.presets`) simulated with the sweep's methods before
     the report, which opens with their table (:mod:`mrbench.lab.in_sweep`); the presets list all."""
@@ -98,6 +111,11 @@ class SweepSpec:
     """Seeds per lab scenario."""
     preset: str | None = None
     """The preset this spec started from (recorded for the report)."""
+    rehearse: bool = False
+    """Rehearse the sweep on the CPU instead of running it (:mod:`mrbench.sweeps.rehearsal`)."""
+    kill_after_checkpoint: int | None = None
+    """A rehearsed crash: each cell's first attempt SIGKILLs itself after its checkpoint of this step
+    (:attr:`mrbench.engine.config.CellOptions.kill_after_checkpoint`); set by the rehearsal only."""
 
     def models_for(self, task: str) -> tuple[str, ...]:
         """The models crossed with ``task``."""
@@ -129,7 +147,7 @@ class SweepSpec:
         return d
 
 
-_CELL_OPTIONS = ("checkpoint_every", "tracking_retry_s")
+_CELL_OPTIONS = ("checkpoint_every", "tracking_retry_s", "kill_after_checkpoint", "gpu_memory")
 
 PRESETS: dict[str, SweepSpec] = {
     # The default: every main method on every task, the tiny model, three seeds (the fewest that
@@ -179,7 +197,9 @@ PRESETS: dict[str, SweepSpec] = {
         preset="smol",
         lab=LAB_SCENARIOS,
     ),
-    # The paper's models and per-domain hyper-parameters; for GPU machines or a Ray cluster.
+    # The paper's experiment (sweeps/paper.py, docs/paper.md): its models, training data and
+    # evaluations per domain, its hyper-parameters; steps from the training sets' sizes, and
+    # micro-batches from the memory plan for 4 GPUs per cell (FSDP). For GPU machines or Ray.
     "paper": SweepSpec(
         name="paper",
         methods=MAIN_METHODS,
@@ -187,9 +207,13 @@ PRESETS: dict[str, SweepSpec] = {
         models=(),
         seeds=(0, 1, 2),
         task_models=dict(PAPER_MODELS),
+        task_params={k: dict(v) for k, v in PAPER_TASK_PARAMS.items()},
         task_train={k: dict(v) for k, v in PAPER_TRAIN.items()},
         model_train={k: dict(v) for k, v in PAPER_MODEL_TRAIN.items()},
-        gpus_per_cell=1.0,
+        gpus_per_cell=float(PAPER_PROCESSES),
+        processes_per_cell=PAPER_PROCESSES,
+        distributed=PAPER_DISTRIBUTED,
+        eval=dict(PAPER_EVAL),
         preset="paper",
         lab=LAB_SCENARIOS,
     ),
@@ -281,7 +305,7 @@ def name_from_file(path: Path) -> str:
     """
     stem = unicodedata.normalize("NFKD", Path(path).stem).encode("ascii", "ignore").decode()
     name = re.sub(r"[^A-Za-z0-9._]+", "-", stem).strip("-._")
-    if not NAME_RE.match(name):
+    if not is_valid_name(name):
         raise UserError(
             f"cannot name the sweep after the file {str(path)!r}: give it a name (name: my-sweep in the "
             "file, or --name)"
@@ -377,6 +401,9 @@ def build_sweep_spec(
         spec = apply_settings(spec, file_data, source=source)
     if cli:
         spec = apply_settings(spec, cli, source="command-line options", dedupe=True)
+    if preset_name == "paper" and "model_train" not in file_data and "model_train" not in cli:
+        # The preset's micro-batches follow the processes per cell (the step's prompts stay 32).
+        spec = replace(spec, model_train=paper_model_train(spec.processes_per_cell, spec.distributed))
     spec = _drop_unused(spec)
     if config is not None:
         check_names(spec, {k for k in file_data if k not in cli}, source)

@@ -3,12 +3,14 @@ URL it prints opens the sweep's comparison view, which it saves on the sweep's e
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -65,9 +67,39 @@ def test_port_in_use_is_a_user_error(tmp_path: Path) -> None:
     assert isinstance(result.exception, UserError) and f"port {port}" in str(result.exception)
 
 
+class _EmptyTrackingServer(http.server.BaseHTTPRequestHandler):
+    """Answers every MLflow REST call with an empty JSON object: a server with no experiments."""
+
+    def _empty(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_GET = do_POST = _empty
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 def test_server_uri_is_just_printed() -> None:
-    result = CliRunner().invoke(app, ["ui", "--tracking-uri", "http://127.0.0.1:5999"])
-    assert result.exit_code == 0 and "already a server: open http://127.0.0.1:5999" in result.output
+    server = http.server.ThreadingHTTPServer((HOST, 0), _EmptyTrackingServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://{HOST}:{server.server_address[1]}"
+        result = CliRunner().invoke(app, ["ui", "--tracking-uri", uri])
+    finally:
+        server.shutdown()
+    assert result.exit_code == 0 and f"already a server: open {uri}" in result.output
+
+
+def test_a_server_that_does_not_answer_is_named_without_a_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Item 5 of issue 36: without SWEEP this printed a page to open and exited 0.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://{HOST}:1")
+    result = CliRunner().invoke(app, ["ui"])
+    assert isinstance(result.exception, UserError), result.output
+    assert f"http://{HOST}:1" in str(result.exception) and "already a server" not in result.output
 
 
 @pytest.mark.slow

@@ -71,24 +71,38 @@ def test_eval_of_a_model_folder_logs_one_complete_run(micro_model_dir, store, tm
     assert len(records) == 2 and {"id", "completion", "rewards"} <= set(records[0])
 
 
-def test_eval_of_a_cells_checkpoint_is_its_own_evaluation_again(micro_model_dir, store) -> None:
+def test_eval_of_a_cells_checkpoint_is_its_own_evaluation_again(
+    micro_model_dir, store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Also its precision: float32 weights under the cell's bfloat16 autocast, unless ``precision``
+    says otherwise (finding 7 of issue 33)."""
+    import torch
+
     cell_spec = resolve_spec(
         "grpo",
         "tool-calling",
         str(micro_model_dir),
         0,
         task_params=TOOLS,
-        train={"steps": "1", "num_generations": "2", "prompts_per_step": "2", "eval_limit": "2"},
+        train={"steps": "1", "num_generations": "2", "prompts_per_step": "2", "eval_limit": "2"}
+        | {"precision": "bf16"},
     )
     cell = runner.run_cell(cell_spec, tracking_uri=store, experiment="cells", progress=False)
     assert cell.checkpoint_dir
+    seen: list[tuple[bool, torch.dtype]] = []
+    evaluate = evaluation.evaluate_model
 
-    report = run_eval(
-        EvalSpec(model=f"run:{cell.run_id}", task="tool-calling", limit=2, task_params=TOOLS),
-        tracking_uri=store,
-    )
+    def recording(task, model, tokenizer, limit):
+        seen.append((torch.is_autocast_enabled("cpu"), next(model.parameters()).dtype))
+        return evaluate(task, model, tokenizer, limit)
+
+    monkeypatch.setattr(evaluation, "evaluate_model", recording)
+    spec = EvalSpec(model=f"run:{cell.run_id}", task="tool-calling", limit=2, task_params=TOOLS)
+    report = run_eval(spec, tracking_uri=store)
     assert report.eval_of == cell.run_id and report.model == f"run:{cell.run_id}"
-    # The same settings, samples and weights: the cell's own evaluation after training, number for number.
+    assert seen == [(True, torch.float32)]
+    # The same settings, samples, weights and precision: the cell's own evaluation after training,
+    # number for number.
     assert set(report.metrics) == set(cell.metrics_after)
     for name, value in cell.metrics_after.items():
         assert report.metrics[name] == value or (math.isnan(value) and math.isnan(report.metrics[name]))
@@ -98,6 +112,14 @@ def test_eval_of_a_cells_checkpoint_is_its_own_evaluation_again(micro_model_dir,
     assert layout.read_tag(tags, layout.METHOD) == "grpo"
     assert layout.read_tag(tags, layout.MODEL) == str(micro_model_dir)  # the model the cell trained
     assert run.data.params[layout.PARAM_MODEL_PATH] == cell.checkpoint_dir
+    assert run.data.params[layout.EVAL_PARAM + "precision"] == "bf16"
+
+    run_eval(EvalSpec(**{**spec.__dict__, "precision": "fp32"}), tracking_uri=store, experiment="fp32")
+    assert seen[1] == (False, torch.float32)
+    assert _only_run(store, "fp32").data.params[layout.EVAL_PARAM + "precision"] == "fp32"
+    with pytest.raises(UserError, match="unknown precision 'fp16'"):
+        run_eval(EvalSpec(**{**spec.__dict__, "precision": "fp16"}), tracking_uri=store, experiment="bad")
+    assert MlflowClient(tracking_uri=store).get_experiment_by_name("bad") is None
 
     with pytest.raises(UserError, match=rf"run:{report.run_id}.*no saved checkpoint"):
         run_eval(EvalSpec(model=f"run:{report.run_id}", task="tool-calling"), tracking_uri=store)

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.reporting.build import build_report
+from mrbench.reporting.figures import MANIFEST
 from mrbench.store.client import ensure_experiment
 
 
@@ -417,3 +418,27 @@ def test_runs_carry_the_layout_version_and_a_later_one_is_refused(store: Store, 
     client.set_tag(cell.info.run_id, "mrbench.schema", str(layout.SCHEMA_VERSION + 1))
     with pytest.raises(UserError, match=rf"newer mrbench \(run layout {layout.SCHEMA_VERSION + 1};"):
         build_report("layouts", tracking_uri=store.uri, out=tmp_path, log_to_parent=False)
+
+
+def test_a_report_deletes_only_the_figures_its_predecessor_listed(store: Store, tmp_path: Path) -> None:
+    # Issue 36, item 1: it deleted every curves-*.png (and the like) it found in its folder.
+    uri = store.uri
+    synthetic_sweep(
+        uri, "manifest", methods=["grpo"], tasks=["tool-calling"], models=["tiny"], seeds=[0], steps=2
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = out / "curves-mine.png"  # looks like a figure, but no report wrote it
+    mine.write_bytes(b"user's")
+    build_report("manifest", tracking_uri=uri, out=out, log_to_parent=False)
+    listed = (out / MANIFEST).read_text(encoding="utf-8").split()
+    assert listed and all((out / name).is_file() for name in listed) and "curves-mine.png" not in listed
+    assert sorted(p.name for p in out.glob("*.png")) == sorted([*listed, "curves-mine.png"])
+    stale = out / "pareto-gone.png"  # a figure the previous report drew and this one will not
+    stale.write_bytes(b"old")
+    (out / MANIFEST).write_text(
+        "\n".join([*listed, stale.name, "../escape.png", str(mine.parent / "x")]) + "\n"
+    )
+    (tmp_path / "escape.png").write_bytes(b"outside")
+    build_report("manifest", tracking_uri=uri, out=out, log_to_parent=False)
+    assert not stale.exists() and mine.read_bytes() == b"user's" and (tmp_path / "escape.png").exists()

@@ -57,6 +57,14 @@ def eval_cmd(
     task_param: Annotated[
         list[str] | None, typer.Option("--task-param", help="Task setting key=value (repeatable).")
     ] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option(
+            "--precision",
+            help="The precision train setting to evaluate under, as a cell does: auto | bf16 | fp32 "
+            "(default: a run:<run id>'s own, else auto).",
+        ),
+    ] = None,
     tracking_uri: Annotated[
         str | None,
         typer.Option("--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."),
@@ -83,10 +91,12 @@ def eval_cmd(
     An unknown run id, a folder without weights, an unknown dataset or a bad setting exit 2
     naming the value.
     """
+    from mrbench.core.names import check_name
     from mrbench.engine.evaluation import EvalSpec
     from mrbench.kit.keyvalue import parse_key_values
     from mrbench.store.local import resolve_tracking_uri
 
+    check_name(experiment, "--experiment")
     spec = EvalSpec(
         model=model,
         task=task,
@@ -95,6 +105,7 @@ def eval_cmd(
         samples=samples,
         seed=seed,
         task_params=parse_key_values(task_param or [], flag="--task-param"),
+        precision=precision,
     )
     uri = resolve_tracking_uri(tracking_uri)
     report, log_path = run_logged(spec, tracking_uri=uri, experiment=experiment, verbose=verbose)

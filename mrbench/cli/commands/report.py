@@ -22,12 +22,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write report.md and figures for SWEEP (statistics over seeds, curves, Pareto, diagnostics)."""
         from mrbench.core.errors import UserError
-        from mrbench.reporting.build import build_report
+        from mrbench.core.names import check_name
+        from mrbench.reporting.build import build_report, report_folder
         from mrbench.store.client import check_tracking_reachable
         from mrbench.store.local import resolve_tracking_uri
         from mrbench.store.uri import sqlite_path
 
-        folder = out if out is not None else Path("reports") / sweep
+        check_name(sweep, "SWEEP")  # it names an experiment anyone with access to the store could create
+        folder = out if out is not None else report_folder(sweep)
         check_output_folder(folder, "--out" if out is not None else "the report folder")
         uri = resolve_tracking_uri(tracking_uri)
         if sqlite_path(uri) is None:  # a missing sqlite store is reported by build_report

@@ -157,22 +157,25 @@ def check_launch(
     distributed: str,
     quiet: bool,
 ) -> CellLaunch:
-    """Check the options that say how to run ``spec`` (saving, checkpoints, processes, the retry
-    time, that the model can be loaded) and resolve the store, before the store is touched."""
+    """Check the options that say how to run ``spec`` (the experiment's name, saving, checkpoints,
+    processes, the retry time, that the model can be loaded) and resolve the store, before the
+    store is touched."""
+    from mrbench.core.names import check_name
     from mrbench.engine.checkpoints import parse_save
     from mrbench.engine.distributed import check_processes, per_process
-    from mrbench.engine.models import check_model_available
+    from mrbench.engine.evaluation import check_model
     from mrbench.engine.resume import parse_checkpoint_every
     from mrbench.store.client import tracking_retry_s
     from mrbench.store.local import resolve_tracking_uri
 
+    check_name(experiment, "--experiment")
     parse_save(save)  # a bad value stops here, before the store is touched
     every = None if checkpoint_every is None else parse_checkpoint_every(checkpoint_every)
     if processes != 1 or distributed != "ddp":
         check_processes(processes, distributed)
         per_process(spec.train.prompts_per_step, processes)
     retry = tracking_retry_s(retry_s)
-    check_model_available(spec.model)  # a hub id that cannot be loaded fails here, in seconds
+    check_model(spec.model)  # a folder without a model, a hub id that cannot be loaded: here, in seconds
     return CellLaunch(
         tracking_uri=resolve_tracking_uri(tracking_uri),
         experiment=experiment,

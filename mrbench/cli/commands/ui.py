@@ -227,9 +227,9 @@ def register(app: typer.Typer) -> None:
 
         uri = resolve_tracking_uri(tracking_uri)
         if uri.startswith(("http://", "https://")):  # its own UI: only the page to open is printed
+            check_tracking_reachable(uri)  # one quick try, not MLflow's minutes of retries
             page = page_url(uri.rstrip("/"), None)
             if sweep is not None:
-                check_tracking_reachable(uri)  # one quick try, not MLflow's minutes of retries
                 page = comparison_page(uri, uri.rstrip("/"), sweep)
             typer.echo(f"the tracking store is already a server: open {page}")
             return
