@@ -16,6 +16,11 @@ name changing, so those cells evaluate as before. Cells that need the same key a
 turns (:func:`computing`: a file lock beside the entry, released if its holder dies), so one
 evaluates and the others read its entry, however the sweep schedules them; writes are atomic
 (rename into place), so a reader never sees half an entry.
+
+In a multi-process cell (:mod:`mrbench.engine.distributed`) rank 0 alone takes the lock, reads
+and writes: the other ranks take rank 0's answer (:func:`read` is then a collective), so every
+rank of the cell evaluates, or none does (a sharded model's ``generate`` needs every rank), and
+the entry names rank 0's run, never the empty run id of the ranks that do not log.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrbench.engine.distributed import from_rank0, is_main_process
 from mrbench.store.local import results_dir
 
 CACHE_VERSION = 1
@@ -91,8 +97,9 @@ def _path(key: str) -> Path:
 def computing(key: str | None) -> Iterator[None]:
     """Hold ``key`` while reading it and, when absent, evaluating and writing it: another process
     asking for the same key waits, then reads the entry instead of evaluating again. No-op for
-    ``None`` (not cacheable)."""
-    if key is None:
+    ``None`` (not cacheable) and on ranks > 0 of a multi-process cell (they follow rank 0's
+    :func:`read`; taking the lock themselves, one could hold it while rank 0 waits for it)."""
+    if key is None or not is_main_process():
         yield
         return
     from filelock import FileLock
@@ -104,9 +111,16 @@ def computing(key: str | None) -> Iterator[None]:
 
 
 def read(key: str | None) -> CachedEval | None:
-    """The cached evaluation of ``key``; ``None`` when absent, unreadable or not cacheable."""
+    """The cached evaluation of ``key``; ``None`` when absent, unreadable or not cacheable.
+
+    In a multi-process cell, rank 0's answer on every rank: a collective, which every rank calls
+    at the same point (so they all evaluate, or all reuse the entry)."""
     if key is None:
         return None
+    return from_rank0(_read_here(key) if is_main_process() else None)
+
+
+def _read_here(key: str) -> CachedEval | None:
     try:
         data = json.loads(_path(key).read_text())
         return CachedEval(metrics=dict(data["metrics"]), samples=list(data["samples"]), run_id=data["run_id"])
@@ -115,9 +129,13 @@ def read(key: str | None) -> CachedEval | None:
 
 
 def write(key: str | None, metrics: dict[str, float], samples: list[dict[str, Any]], run_id: str) -> None:
-    """Store one evaluation under ``key`` (no-op for ``None``); atomic, so readers never see half."""
-    if key is None:
+    """Store one evaluation under ``key``, computed by run ``run_id``; atomic, so readers never see
+    half. No-op for ``None`` and on ranks > 0 of a multi-process cell (rank 0 writes);
+    ``ValueError`` for an empty ``run_id`` (an entry must name the run that computed it)."""
+    if key is None or not is_main_process():
         return
+    if not run_id:
+        raise ValueError("an evaluation cache entry needs the run id that computed it, got ''")
     target = _path(key)
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps({"metrics": metrics, "samples": samples, "run_id": run_id})

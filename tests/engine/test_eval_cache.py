@@ -139,3 +139,47 @@ def test_a_holder_that_dies_releases_the_key(tmp_path: Path, results: Path) -> N
     holder.wait(timeout=30)
     with eval_cache.computing(key):
         assert eval_cache.read(key) is None  # the dead holder wrote nothing: this cell evaluates
+
+
+def test_ranks_of_a_cell_take_rank_0s_entry_and_only_rank_0_writes(tmp_path: Path) -> None:
+    """Finding 12 of issue 33: every rank follows rank 0's read (all evaluate or none), ranks > 0
+    take no lock and write nothing, and no entry names the empty run id of a rank that does not log."""
+    import json
+
+    import torch.multiprocessing as mp
+    from cache_world import cache_on_rank
+
+    mp.spawn(cache_on_rank, args=(2, str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0] == {"run_id": "run-of-rank-0", "written": ["fresh.json", "k.json"]}
+    assert ranks[1] == {"run_id": "run-of-rank-0", "written": []}
+
+
+def test_an_entry_needs_the_run_that_computed_it(results: Path) -> None:
+    with pytest.raises(ValueError, match="run id"):
+        eval_cache.write("k", {"m": 1.0}, [], "")
+    assert eval_cache.read("k") is None
+
+
+def test_ranks_above_0_never_wait_for_the_key(results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank > 0 holding or waiting for the lock while rank 0 waits for it (or for the rank in a
+    collective) would hang the cell: only rank 0 takes it."""
+    import threading
+
+    from filelock import FileLock
+
+    key = "k" * 32
+    (results / "eval_cache").mkdir(parents=True)
+    held = FileLock(str(results / "eval_cache" / f".{key}.lock"), thread_local=False)
+    entered = threading.Event()
+
+    def enter() -> None:
+        with eval_cache.computing(key):
+            entered.set()
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with held:
+        waiter = threading.Thread(target=enter, daemon=True)
+        waiter.start()
+        assert entered.wait(10)
