@@ -57,6 +57,7 @@ RUN: dict[str, list[str]] = {
     "mrbench sweep --preset cpu --workers 2": DRY,
     "mrbench sweep --preset smol": DRY,
     f"{PAPER_SWEEP} http://MLFLOW_HOST:5000": DRY,
+    "mrbench sweep --preset paper --dry-run": [],
     f"{PAPER_SWEEP} http://MLFLOW:5000 --gpus-per-cell 4 --processes-per-cell 4": DRY,
 }
 SUBSTITUTE = {"http://MLFLOW_HOST:5000": STORE, "http://MLFLOW:5000": STORE}  # a dry run's store: ours

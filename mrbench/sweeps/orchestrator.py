@@ -138,6 +138,10 @@ def run_sweep(
     from mrbench.store.local import resolve_tracking_uri
 
     console = console or Console()
+    checked = _preflight(spec, dry_run, console)
+    if checked is None:  # a dry run of a sweep that would stop: its problems are printed
+        return SweepOutcome(spec.name, Grid([]))
+    spec = checked
     grid = _with_cell_options(expand_grid(spec, resolve), spec)
     outcome = SweepOutcome(spec.name, grid)
     uri = resolve_tracking_uri(tracking_uri)
@@ -182,6 +186,28 @@ def run_sweep(
             if lab is not None:  # Ctrl-C or an error: no further scenario (a no-op once it is done)
                 lab.cancel()
     return outcome
+
+
+def _preflight(spec: SweepSpec, dry_run: bool, console: Any) -> SweepSpec | None:
+    """Before the grid and any run: every cell's memory plan (printed with ``--dry-run``) and data
+    (:mod:`mrbench.sweeps.preflight`). A cell that does not fit or a missing dataset is a
+    :class:`UserError` with one line each; a dry run prints those lines instead and returns None
+    (without its data the grid cannot be expanded). Else ``spec``, with the ``paper`` preset's
+    steps computed from its training sets."""
+    from mrbench.sweeps import preflight
+
+    plans = preflight.cell_plans(spec)
+    if dry_run:
+        preflight.print_plans(_say(console), spec, plans)
+    problems = preflight.refusals(spec, plans) + [m.line() for m in preflight.missing_data(spec)]
+    if problems:
+        head = f"sweep {spec.name!r} cannot start ({len(problems)} problem(s)):"
+        if not dry_run:
+            raise UserError("\n".join([head, *(f"  {line}" for line in problems)]))
+        for line in [f"dry run: {head}", *(f"  {line}" for line in problems)]:
+            _say(console)(line)
+        return None
+    return preflight.with_steps_from_data(spec)
 
 
 @dataclass(frozen=True)

@@ -54,11 +54,42 @@ def is_hub_id(source: str) -> bool:
     return bool(_HUB_ID.match(source)) and not Path(source).exists()
 
 
+LAYOUT: dict[str, tuple[str, ...]] = {
+    "toolrl": ("ToolRL/dataset/rlla_4k", "toolrl/rlla_rl.json", "toolrl"),
+    "apibank": ("ToolRL/benchmarks/API-Bank", "apibank"),
+    "livecodebench": ("code_generation_lite/test6.jsonl", "livecodebench/test6.jsonl", "livecodebench"),
+    "asb": ("ASB/data", "asb"),
+    "injecagent": ("InjecAgent/data", "injecagent"),
+}
+"""Where each source lies inside a **data root**: a folder holding the benchmarks' repositories
+(``ToolRL/``, ``ASB/``, ``InjecAgent/``, LiveCodeBench's ``code_generation_lite/``) or a folder per
+dataset name (as ``tests/fixtures/`` does). A ``data_path`` that is such a root serves every source
+of a task at once (the ``paper`` preset gives one root to every task); the first path that exists
+is used."""
+
+
+def in_root(dataset: str, source: str) -> str:
+    """``source``, or the place of ``dataset`` inside it when ``source`` is a data root (:data:`LAYOUT`).
+
+    >>> in_root("asb", "/nonexistent/root")
+    '/nonexistent/root'
+    """
+    if not source:
+        return source
+    root = Path(source).expanduser()
+    if root.is_dir():
+        for relative in LAYOUT.get(dataset, ()):
+            if (root / relative).exists():
+                return str(root / relative)
+    return source
+
+
 def locate(dataset: str, source: str) -> Path:
-    """The existing local path ``source`` names (:class:`UserError` naming ``dataset`` if none)."""
+    """The existing local path ``source`` names, inside it when it is a data root (:func:`in_root`);
+    :class:`UserError` naming ``dataset`` if none."""
     if not source:
         raise no_source(dataset)
-    path = Path(source).expanduser()
+    path = Path(in_root(dataset, source)).expanduser()
     if not path.exists():
         raise UserError(f"dataset {dataset!r}: data_path {source!r} does not exist (a file or folder)")
     return path

@@ -44,7 +44,8 @@ def test_paper_preset_has_per_domain_models_and_valid_train_settings() -> None:
     code = TrainSettings.from_overrides(spec.train_for("code-generation"))
     assert (tools.num_generations, tools.beta, tools.learning_rate) == (4, 0.0, 1e-6)
     assert (code.num_generations, code.beta, code.temperature) == (8, 0.001, 1.0)
-    assert spec.gpus_per_cell == 1.0
+    # 4 GPUs and 4 FSDP processes per cell: the memory plan's answer for the 7-8B models (docs/paper.md)
+    assert (spec.gpus_per_cell, spec.processes_per_cell, spec.distributed) == (4.0, 4, "fsdp")
 
 
 def test_cli_overrides_beat_the_file_which_beats_the_preset(tmp_path: Path) -> None:

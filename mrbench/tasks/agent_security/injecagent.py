@@ -34,7 +34,7 @@ from typing import Any
 from mrbench.core.errors import UserError
 from mrbench.kit.toolcall import call_block, response_block
 from mrbench.tasks.agent_security.external import ExternalCase, system_prompt
-from mrbench.tasks.sources import field, is_hub_id, read_file, read_records
+from mrbench.tasks.sources import field, in_root, is_hub_id, read_file, read_records
 
 NAME = "injecagent"
 FOLDER_FILES = ("test_cases_dh_base.json", "test_cases_ds_base.json")
@@ -141,6 +141,7 @@ def _describe(tool: dict[str, Any]) -> str:
 def injecagent_cases(data_path: str) -> list[ExternalCase]:
     """Every case at ``data_path`` (folder, file or hub id), direct-harm cases first."""
     described: dict[str, str] = {}
+    data_path = in_root(NAME, data_path)
     if data_path and not is_hub_id(data_path):
         path = Path(data_path).expanduser()
         tools = (path if path.is_dir() else path.parent) / TOOLS_FILE
