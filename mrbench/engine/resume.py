@@ -62,7 +62,7 @@ from typing import Any
 from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.engine import reward_log
-from mrbench.engine.checkpoints import CellFolder, SaveMode, parse_save
+from mrbench.engine.checkpoints import CellFolder, SaveMode, parse_save, require_room_for_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -430,6 +430,8 @@ class CheckpointWriter:
                 step = state.global_step
                 if any(n and step % n == 0 for n in (writer.every, writer.keep_every)):
                     control.should_save = True
+                if control.should_save and args.should_save:  # it fits, or the run ends KILLED now
+                    require_room_for_checkpoint(writer.trainer, writer.folder.root)
 
             def on_save(self, args, state, control, **kwargs):
                 # Every rank has saved its part (its RNG state) before rank 0 vouches for the whole.

@@ -1,8 +1,10 @@
 """Run one cell (method × task × model × seed): evaluate, train with GRPO, evaluate again, log to MLflow.
 
 Each cell is one MLflow run (a child of the sweep's parent run when there is one). The run is
-ended FINISHED only after everything is logged; Ctrl-C ends it KILLED and any other error
-FAILED, so a resumed sweep knows exactly which cells to redo.
+ended FINISHED only after everything is logged; Ctrl-C, and a write that finds no room (a full
+disk, the file size limit: :mod:`mrbench.engine.run_guard`), end it KILLED, keeping its last
+training checkpoint for the rerun to resume; any other error ends it FAILED, so a resumed sweep
+knows exactly which cells to redo.
 
 Checkpoint (``save``, not part of the run key): ``"final"`` (default) keeps the trained policy
 and tokenizer in ``<results>/checkpoints/<run_key>/final/``, ``"every:N"`` also one every N
@@ -283,8 +285,9 @@ def _run_cell(
     progress: bool,
     checkpoint_every: int | None,
 ) -> CellResult:
-    """The phases of one cell, in order. Once the run is open, any error ends it KILLED (Ctrl-C) or
-    FAILED and empties ``pending/``: a cell that did not complete has nothing to log later."""
+    """The phases of one cell, in order. Once the run is open, any error ends it KILLED (Ctrl-C, no
+    room on the disk) or FAILED and empties ``pending/``: a cell that did not complete has nothing
+    to log later."""
     run = _open_run(
         spec,
         task,
@@ -297,7 +300,7 @@ def _run_cell(
         sweep=sweep,
         checkpoint_every=checkpoint_every,
     )
-    with ends_run_on_error(client, run.run_id, cleanup=folder.clear_pending):
+    with ends_run_on_error(client, run.run_id, cleanup=folder.clear_pending, writes_to=folder.root):
         _log_config(run)
         policy = _load_policy(run)
         before = _evaluate_before_training(run, policy)

@@ -80,6 +80,9 @@ def read_items(path: str | Path) -> tuple[list[tuple[int, dict[str, Any]]], list
             except json.JSONDecodeError as exc:
                 errors.append({"line": number, "error": f"not valid JSON: {exc.msg} (column {exc.colno})"})
                 continue
+            except RecursionError:  # e.g. 100,000 '[': Python's parser recurses once per level
+                errors.append({"line": number, "error": "not valid JSON here: nested too deeply"})
+                continue
             problem = _field_problem(item)
             if problem:
                 errors.append({"line": number, "error": problem})

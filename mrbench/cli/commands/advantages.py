@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
             None, "--rewards-file", help="CSV or JSON file of reward rows instead of --rewards."
         ),
         group_size: int = typer.Option(
-            None, "--group-size", help="Rollouts per group (default: all rows one group)."
+            None, "--group-size", min=1, help="Rollouts per group (default: all rows one group)."
         ),
         weights: str = typer.Option(
             None, "--weights", help="Comma-separated component weights (default: all 1)."

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mrbench.core import layout
+from mrbench.core import layout, limits
 
 if TYPE_CHECKING:
     from mrbench.engine.evaluation import EvalReport, EvalSpec
@@ -41,18 +41,30 @@ def eval_cmd(
             "need --task-param data_path=PATH: docs/benchmarks.md).",
         ),
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="Evaluate the first N eval samples (0 = all).")] = 0,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit", min=0, max=limits.EVAL_LIMIT_MAX, help="Evaluate the first N eval samples (0 = all)."
+        ),
+    ] = 0,
     samples: Annotated[
         int | None,
         typer.Option(
             "--samples",
+            min=1,
+            max=limits.GENERATIONS_MAX,
             help="Completions sampled per problem at temperature 1 (code-generation): unbiased pass@1 "
             "and pass@k. Default 1.",
         ),
     ] = None,
     seed: Annotated[
         int | None,
-        typer.Option("--seed", help="The task's seed setting and the random seed (default: the task's, 0)."),
+        typer.Option(
+            "--seed",
+            min=0,
+            max=limits.SEED_MAX,
+            help="The task's seed setting and the random seed (default: the task's, 0).",
+        ),
     ] = None,
     task_param: Annotated[
         list[str] | None, typer.Option("--task-param", help="Task setting key=value (repeatable).")

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from mrbench.core import limits
+
 if TYPE_CHECKING:
     from mrbench.engine.config import RunSpec
     from mrbench.engine.runner import CellResult
@@ -41,8 +43,10 @@ def run_cmd(
         "tool-calling", "--task", help="Task (see `mrbench tasks`) or package.module:factory."
     ),
     model: str = typer.Option("tiny", "--model", help="Tiny preset, Hugging Face id or local path."),
-    seed: int = typer.Option(0, "--seed", help="Training seed."),
-    steps: int = typer.Option(None, "--steps", help="GRPO optimizer steps (default: 30)."),
+    seed: int = typer.Option(0, "--seed", min=0, max=limits.SEED_MAX, help="Training seed."),
+    steps: int = typer.Option(
+        None, "--steps", min=1, max=limits.STEPS_MAX, help="GRPO optimizer steps (default: 30)."
+    ),
     param: list[str] = typer.Option([], "--param", help="Method hyper-parameter key=value (repeatable)."),
     task_param: list[str] = typer.Option([], "--task-param", help="Task setting key=value (repeatable)."),
     train: list[str] = typer.Option([], "--train", help="Train setting key=value, e.g. num_generations=4."),
@@ -66,6 +70,8 @@ def run_cmd(
     retry_s: float = typer.Option(
         None,
         "--tracking-retry-s",
+        min=0,
+        max=limits.RETRY_S_MAX,
         help="Retry an unreachable tracking store this long before keeping the log locally "
         "(default 300, or $MRBENCH_TRACKING_RETRY_S).",
     ),
@@ -79,6 +85,8 @@ def run_cmd(
     processes: int = typer.Option(
         1,
         "--processes-per-cell",
+        min=1,
+        max=limits.PROCESSES_MAX,
         help="Train the cell in N processes started by `accelerate launch` (one GPU each; on CPU, "
         "DDP through gloo). train.prompts_per_step is shared between them.",
     ),

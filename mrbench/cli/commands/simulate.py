@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from mrbench.core import limits
+
 if TYPE_CHECKING:
     from mrbench.lab.runner import LabOutcome
     from mrbench.lab.scenarios import Scenario
@@ -35,10 +37,22 @@ def simulate_cmd(
     methods: list[str] = typer.Option(
         [], "--methods", help="Methods, comma-separated or repeated (default: every registered method)."
     ),
-    seeds: int = typer.Option(50, "--seeds", help="Seeds 0 … N−1, each its own run (batched)."),
-    steps: int = typer.Option(None, "--steps", help="Policy-gradient steps (default: the scenario's, 200)."),
+    seeds: int = typer.Option(
+        50, "--seeds", min=1, max=limits.LAB_SEEDS_MAX, help="Seeds 0 … N−1, each its own run (batched)."
+    ),
+    steps: int = typer.Option(
+        None,
+        "--steps",
+        min=1,
+        max=limits.LAB_STEPS_MAX,
+        help="Policy-gradient steps (default: the scenario's, 200).",
+    ),
     group_size: int = typer.Option(
-        None, "--group-size", help="Rollouts per group G (default: the scenario's, 8)."
+        None,
+        "--group-size",
+        min=2,
+        max=limits.LAB_SIZE_MAX,
+        help="Rollouts per group G (default: the scenario's, 8).",
     ),
     out: Path = typer.Option(
         None,
@@ -49,7 +63,11 @@ def simulate_cmd(
         None, "--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."
     ),
     workers: int = typer.Option(
-        1, "--workers", help="Processes to train methods in parallel (one per core)."
+        1,
+        "--workers",
+        min=1,
+        max=limits.WORKERS_MAX,
+        help="Processes to train methods in parallel (one per core).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
 ) -> None:
@@ -61,6 +79,10 @@ def simulate_cmd(
 
     presets = list(dict.fromkeys(_split(scenario)))  # a scenario named twice runs once
     check_options(presets, config, seeds=seeds, workers=workers)
+    if out is not None:
+        from mrbench.cli.commands.report import check_output_folder
+
+        check_output_folder(out, "--out")
     # Every scenario is resolved (and refused) before the first one runs.
     chosen = [
         resolve_scenario(name, config, steps=steps, group_size=group_size) for name in presets or [None]

@@ -32,7 +32,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from mrbench.core import layout
+from mrbench.core import layout, limits
 from mrbench.store.uri import missing_sqlite_store
 
 HOST = "127.0.0.1"  # loopback only: the UI has no authentication
@@ -205,7 +205,9 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Argument(help="Sweep to open (the MLflow experiment); default: the latest sweep."),
         ] = None,
-        port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1.")] = 5000,
+        port: Annotated[
+            int, typer.Option("--port", min=1, max=limits.PORT_MAX, help="Port on 127.0.0.1.")
+        ] = 5000,
         tracking_uri: Annotated[
             str | None,
             typer.Option("--tracking-uri", help="MLflow store (default sqlite:///results/mlflow.db)."),
