@@ -3,6 +3,8 @@ training dataset of a task's samples (:mod:`mrbench.engine.runner` builds the tr
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from mrbench.core.contracts import Sample, Task
@@ -79,3 +81,39 @@ def grpo_config(
         remove_unused_columns=False,
         log_completions=False,
     )
+
+
+def vllm_dtype(precision: str) -> str:
+    """The dtype a cell of the ``precision`` train setting generates in with vLLM: ``bfloat16`` under
+    mixed precision (:func:`mrbench.engine.models.mixed_precision`), else ``float32`` — as its
+    transformers generation computes. vLLM's own ``"auto"`` would turn the float32 folder a cell
+    loads into bfloat16 (float16 on GPUs before Ampere) whatever the precision."""
+    from mrbench.engine.models import mixed_precision
+
+    return "bfloat16" if mixed_precision(precision) else "float32"
+
+
+@contextmanager
+def vllm_engine_options(spec: RunSpec) -> Iterator[None]:
+    """While the trainer is built (TRL builds its colocated ``vllm.LLM`` in the constructor), hand
+    ``vllm.LLM`` the options TRL 1.16 has no ``GRPOConfig`` field for: ``dtype`` (:func:`vllm_dtype`).
+
+    TRL calls ``LLM(...)`` by its name in ``trl.generation.vllm_generation``; that name is
+    wrapped for the duration and put back after. Nothing happens without ``use_vllm`` or vLLM.
+    """
+    from trl.generation import vllm_generation
+
+    original = getattr(vllm_generation, "LLM", None)
+    if not spec.train.use_vllm or original is None:
+        yield
+        return
+    options = {"dtype": vllm_dtype(spec.train.precision)}
+
+    def llm(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **{**kwargs, **options})
+
+    vllm_generation.LLM = llm
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = original

@@ -65,7 +65,7 @@ from mrbench.engine.checkpoints import CellFolder, SaveMode, folder_size_mb, par
 from mrbench.engine.config import RunSpec
 from mrbench.engine.distributed import is_main_process, rank_client, rank_folder
 from mrbench.engine.evaluation import evaluate_model, load_policy
-from mrbench.engine.grpo_setup import grpo_config, train_dataset
+from mrbench.engine.grpo_setup import grpo_config, train_dataset, vllm_engine_options
 from mrbench.engine.run_guard import ends_run_on_error
 from mrbench.engine.threads import use_threads_for
 from mrbench.engine.tracking import RunLog
@@ -430,7 +430,8 @@ def _train(run: _CellRun, policy: _Policy, progress: bool) -> Any:
     step_logger = MlflowStepLogger(run.log)
     hooks = task.training_hooks()
     vllm_cap = _vllm_cap(spec, task, policy)
-    with _trainer_output(run.folder, run.start) as out_dir:
+    # vllm_engine_options: vLLM generates in the cell's precision (TRL gives it no dtype).
+    with _trainer_output(run.folder, run.start) as out_dir, vllm_engine_options(spec):
         trainer = MultiRewardGRPOTrainer(
             # The one copy of the policy: the pre-training evaluation's model is the one trained
             # (TRL builds a reference model from its path when beta > 0).

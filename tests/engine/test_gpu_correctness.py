@@ -340,3 +340,51 @@ def test_out_of_memory_in_the_agent_security_evaluation_fails_the_cell_and_cache
     assert run.info.status == "FAILED"
     assert "OutOfMemoryError" in run.data.tags[layout.tag(layout.ERROR)]
     assert not list((results / "eval_cache").glob("*.json"))
+
+
+# ------------------------------------------------------------------ 10. vLLM's precision
+
+
+def test_vllm_generates_in_the_cells_precision(
+    micro_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 12 of issue 33: TRL 1.16 builds ``vllm.LLM`` without a dtype, and vLLM's ``auto``
+    turns a float32 folder into bfloat16 (float16 before Ampere) whatever the cell's precision. The
+    real trainer, built as a cell builds it, hands vLLM the cell's precision (vLLM itself is a
+    stand-in here: it needs a GPU)."""
+    from trl.generation import vllm_generation
+
+    import mrbench.methods as methods
+    from mrbench.engine.models import load_tokenizer
+    from mrbench.tasks import build_task
+
+    built: list[dict[str, Any]] = []
+
+    class FakeLLM:
+        def __init__(self, **kwargs: Any) -> None:
+            built.append(kwargs)
+
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
+    monkeypatch.setattr(vllm_generation, "LLM", FakeLLM, raising=False)
+    tok = load_tokenizer(str(micro_model_dir))
+    for precision, dtype in [("bf16", "bfloat16"), ("fp32", "float32")]:
+        train = {**SMALL, "use_vllm": "true", "precision": precision}
+        spec = resolve_spec(
+            "grpo", "tool-calling", str(micro_model_dir), 0, task_params={"n_train": 16}, train=train
+        )
+        task = build_task(spec.task, spec.task_params)
+        try:
+            with grpo_setup.vllm_engine_options(spec):
+                MultiRewardGRPOTrainer(
+                    model=str(micro_model_dir),
+                    reward_funcs=[c.fn for c in task.reward_components()],
+                    args=grpo_setup.grpo_config(spec, task, str(tmp_path / precision), progress=False),
+                    train_dataset=grpo_setup.train_dataset(task.train_samples()),
+                    processing_class=tok,
+                    method_fn=methods.get_method("grpo").obj,
+                )
+        finally:
+            task.close()
+        assert built[-1]["dtype"] == dtype and built[-1]["model"] == str(micro_model_dir)
+        assert vllm_generation.LLM is FakeLLM  # put back
+    assert len(built) == 2
