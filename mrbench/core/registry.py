@@ -104,7 +104,18 @@ class Range:
 
     def __str__(self) -> str:
         symbols = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
-        return " and ".join(f"{symbols[k]} {v:g}" for k, v in self.bounds().items()) or "any number"
+        return " and ".join(f"{symbols[k]} {_bound(v)}" for k, v in self.bounds().items()) or "any number"
+
+
+def _bound(value: float) -> str:
+    """A bound as written: a whole number in full (``4294967295``, not ``4.29497e+09``).
+
+    >>> _bound(2**32 - 1), _bound(86400.0), _bound(1e-6), _bound(0.5)
+    ('4294967295', '86400', '1e-06', '0.5')
+    """
+    if float(value).is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return f"{value:g}"
 
 
 def _annotation(obj: Any, param: inspect.Parameter) -> Any:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mrbench.core import limits
 from mrbench.core.errors import UserError
 from mrbench.core.names import MAX_NAME_LENGTH, name_problem
 from mrbench.core.registry import Range
@@ -28,6 +29,8 @@ from mrbench.store.client import DEFAULT_RETRY_S, RETRY_ENV
 from mrbench.sweeps.memory_plan import parse_size
 
 EXECUTORS = ("local", "ray")
+CPUS_PER_CELL_MAX = 1_024
+"""Ray CPUs of one cell: no node has more cores."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,7 @@ def integer(bound: Range) -> Reader:
             raise at.bad(expected, value)
         return number
 
-    return read
+    return bounded(read, bound)
 
 
 def number(bound: Range) -> Reader:
@@ -160,12 +163,23 @@ def number(bound: Range) -> Reader:
             raise at.bad(f"a number {bound}", value)
         return float(value)
 
-    return read
+    return bounded(read, bound)
+
+
+def bounded(reader: Reader, bound: Range) -> Reader:
+    """``reader``, marked with the ``bound`` it checks (shown in the doc table: :func:`settings_table`)."""
+    reader.bound = bound  # type: ignore[attr-defined]
+    return reader
 
 
 def optional(reader: Reader) -> Reader:
     """``reader``, except that null means None: no value given."""
-    return lambda value, at: None if value is None else reader(value, at)
+
+    def read(value: Any, at: At) -> Any:
+        return None if value is None else reader(value, at)
+
+    bound = getattr(reader, "bound", None)
+    return read if bound is None else bounded(read, bound)
 
 
 def choice(options: tuple[str, ...]) -> Reader:
@@ -214,19 +228,29 @@ def _models(value: Any, at: At) -> dict[str, Any]:
     return {"models": names(value, at), "task_models": {}}
 
 
+_seed = integer(Range(ge=0, le=limits.SEED_MAX))
+
+
 def _seeds(value: Any, at: At) -> tuple[int, ...]:
     raw = [value] if isinstance(value, int) and not isinstance(value, bool) else _split(value)
     if raw is None:
         raise at.bad("a list of integers", value)
     if not raw:
         raise at.error("expected at least one seed")
-    seed = integer(Range(ge=0))
-    return _unique([seed(v, at) for v in raw], at)
+    if len(raw) > limits.SEEDS_MAX:
+        raise at.error(f"expected at most {limits.SEEDS_MAX} seeds, got {len(raw)}")
+    return _unique([_seed(v, at) for v in raw], at)
+
+
+_n = integer(Range(ge=1, le=limits.SEEDS_MAX))
 
 
 def _n_seeds(value: Any, at: At) -> tuple[int, ...]:
     """Seeds 0 … N−1."""
-    return tuple(range(integer(Range(ge=1))(value, at)))
+    return tuple(range(_n(value, at)))
+
+
+bounded(_n_seeds, _n.bound)  # type: ignore[attr-defined]
 
 
 def mapping(value: Any, at: At) -> dict[str, Any]:
@@ -278,8 +302,12 @@ def _checkpoint_every(value: Any, at: At) -> int | None:
         try:
             return parse_checkpoint_every(value)
         except UserError:
-            raise at.bad("auto or an integer >= 0", value) from None
-    return optional(integer(Range(ge=0)))(value, at)
+            raise at.bad(f"auto or an integer {_every.bound}", value) from None  # type: ignore[attr-defined]
+    return _every(value, at)
+
+
+_every = optional(integer(Range(ge=0, le=limits.STEPS_MAX)))
+bounded(_checkpoint_every, _every.bound)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -353,7 +381,10 @@ SETTINGS: tuple[Setting, ...] = (
         "seeds",
         _seeds,
         default="the preset's",
-        meaning="training seeds (or `n_seeds`)",
+        meaning=(
+            f"training seeds, each 0 … 2**32 − 1 (numpy's seed type), at most {limits.SEEDS_MAX} "
+            "(or `n_seeds`)"
+        ),
         option=Option("--seeds", "Comma-separated seeds, e.g. 0,1,2."),
     ),
     Setting(
@@ -367,7 +398,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "steps",
-        optional(integer(Range(ge=1))),
+        optional(integer(Range(ge=1, le=limits.STEPS_MAX))),
         default="null (`train`'s)",
         meaning="training steps for every cell (applied last)",
         option=Option("--steps", "Training steps for every cell.", int),
@@ -389,7 +420,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "workers",
-        integer(Range(ge=1)),
+        integer(Range(ge=1, le=limits.WORKERS_MAX)),
         default="1 (`smoke`, `smol`: 2)",
         meaning="cells at a time on this machine (separate processes when > 1)",
         option=Option(
@@ -412,20 +443,20 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "gpus_per_cell",
-        number(Range(ge=0)),
+        number(Range(ge=0, le=limits.PROCESSES_MAX)),
         default="0 (`paper`: 1)",
         meaning="Ray resources per cell: GPUs",
         option=Option("--gpus-per-cell", "GPUs per cell (Ray executor).", float),
     ),
     Setting(
         "cpus_per_cell",
-        number(Range(gt=0)),
+        number(Range(gt=0, le=CPUS_PER_CELL_MAX)),
         default="1",
         meaning="and CPUs (its whole part is the cell's thread count)",
     ),
     Setting(
         "processes_per_cell",
-        integer(Range(ge=1)),
+        integer(Range(ge=1, le=limits.PROCESSES_MAX)),
         default="1",
         meaning="> 1: each cell trains in that many processes (`accelerate launch`; "
         "`train.prompts_per_step` is shared between them)",
@@ -468,7 +499,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "tracking_retry_s",
-        optional(number(Range(ge=0))),
+        optional(number(Range(ge=0, le=limits.RETRY_S_MAX))),
         default=f"{DEFAULT_RETRY_S:g} (or `${RETRY_ENV}`)",
         meaning="seconds a cell retries an unreachable tracking store before it logs offline; not "
         "part of the run key",
@@ -500,7 +531,12 @@ SETTINGS: tuple[Setting, ...] = (
         meaning="estimator-lab scenarios simulated before the report; `[]` = none",
         option=Switch("--no-lab", "Do not run the estimator lab before the report (lab: []).", []),
     ),
-    Setting("lab_seeds", integer(Range(ge=1)), default="50", meaning="seeds per lab scenario"),
+    Setting(
+        "lab_seeds",
+        integer(Range(ge=1, le=limits.LAB_SEEDS_MAX)),
+        default="50",
+        meaning="seeds per lab scenario",
+    ),
     Setting(
         "rehearse",
         _flag,
@@ -524,5 +560,7 @@ def settings_table() -> str:
     rows = ["| key | default | option | meaning |", "|---|---|---|---|"]
     for s in SETTINGS:
         flag = f"`{s.option.flag}`" if s.option is not None else ""
-        rows.append(f"| `{s.key}` | {s.default} | {flag} | {s.meaning} |")
+        bound = getattr(s.read, "bound", None)
+        meaning = f"{s.meaning} ({bound})" if bound is not None else s.meaning
+        rows.append(f"| `{s.key}` | {s.default} | {flag} | {meaning} |")
     return "\n".join(rows)

@@ -71,11 +71,24 @@ def test_sweep_settings_and_options_give_the_cell_options(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("checkpoint_every: -1\n", "'checkpoint_every' in .*s.yaml: expected an integer >= 0, got -1"),
+        (
+            "checkpoint_every: -1\n",
+            "'checkpoint_every' in .*s.yaml: expected an integer >= 0 and <= 100000, got -1",
+        ),
         ("checkpoint_every: often\n", "'checkpoint_every' in .*s.yaml: expected auto or an integer >= 0"),
-        ("tracking_retry_s: -2\n", "'tracking_retry_s' in .*s.yaml: expected a number >= 0, got -2"),
+        ("checkpoint_every: '100001'\n", "'checkpoint_every' in .*s.yaml: expected auto or an integer >= 0"),
+        (
+            "tracking_retry_s: -2\n",
+            "'tracking_retry_s' in .*s.yaml: expected a number >= 0 and <= 86400, got -2",
+        ),
         ("tracking_retry_s: soon\n", "'tracking_retry_s'"),
-        ("cpus_per_cell: 0\n", "'cpus_per_cell' in .*s.yaml: expected a number > 0, got 0"),
+        ("cpus_per_cell: 0\n", "'cpus_per_cell' in .*s.yaml: expected a number > 0 and <= 1024, got 0"),
+        # Issue 36, item 2: every count bounded where it is declared, refused before anything starts.
+        ("n_seeds: 100000\n", "'n_seeds' in .*s.yaml: expected an integer >= 1 and <= 1000, got 100000"),
+        ("workers: 1000\n", "'workers' in .*s.yaml: expected an integer >= 1 and <= 256, got 1000"),
+        ("lab_seeds: 100000000\n", "'lab_seeds' in .*s.yaml: expected an integer >= 1 and <= 100000"),
+        ("seeds: [4294967296]\n", "'seeds' in .*s.yaml: expected an integer >= 0 and <= 4294967295"),
+        ("steps: 100000000\n", "'steps' in .*s.yaml: expected an integer >= 1 and <= 100000"),
     ],
 )
 def test_bad_cell_options_name_the_file_and_key(tmp_path: Path, text: str, fragment: str) -> None:
