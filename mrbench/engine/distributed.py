@@ -8,7 +8,9 @@
    :func:`launch_command`: ``python -m accelerate.commands.launch --config_file <preset>
    --num_processes N --num_machines 1 --main_process_port <free port> -m mrbench.engine.distributed
    PAYLOAD``. The presets are package data (``accelerate_configs/{ddp,fsdp,zero3}.yaml``); ``ddp``
-   also runs on a machine without CUDA (CPU processes synchronised through gloo).
+   and ``fsdp`` also run on a machine without CUDA (CPU processes synchronised through gloo; FSDP
+   there through mrbench's one adjustment of accelerate, :mod:`mrbench.engine.sharding`, which
+   each rank installs first).
 2. Every process (rank) runs the same cell function on the same spec. ``train.prompts_per_step``
    stays the *global* number of prompts per generation batch: each rank gets
    ``prompts_per_step / N`` of them (:func:`per_process`), so a cell trains on the same batches
@@ -49,7 +51,7 @@ from mrbench.engine.checkpoints import CellFolder
 
 DISTRIBUTED = ("ddp", "fsdp", "zero3")
 """The shipped ``accelerate`` presets (``--distributed``); ``ddp`` is the default."""
-GPU_ONLY = ("fsdp", "zero3")
+GPU_ONLY = ("zero3",)
 WORKER_MODULE = "mrbench.engine.distributed"
 DEFAULT_CELL_FN = "mrbench.engine.runner:run_cell"
 STOP_GRACE_S = 60.0  # how long ranks may take to end their run KILLED after a stop signal
@@ -211,8 +213,8 @@ def preset_config(distributed: str) -> Path:
 
 
 def check_processes(processes: int, distributed: str = "ddp", *, cuda: bool | None = None) -> None:
-    """:class:`UserError` for a process count below 1, an unknown preset, or a GPU-only preset
-    (``fsdp``, ``zero3``) without CUDA (``cuda`` None: ask torch)."""
+    """:class:`UserError` for a process count below 1, an unknown preset, or the GPU-only preset
+    (``zero3``: DeepSpeed) without CUDA (``cuda`` None: ask torch)."""
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise UserError(f"--processes-per-cell {processes!r}: expected an integer ≥ 1")
     preset_config(distributed)
@@ -222,7 +224,10 @@ def check_processes(processes: int, distributed: str = "ddp", *, cuda: bool | No
 
             cuda = torch.cuda.is_available()
         if not cuda:
-            raise UserError(f"--distributed {distributed} needs CUDA GPUs; on CPU use --distributed ddp")
+            raise UserError(
+                f"--distributed {distributed} needs CUDA GPUs (DeepSpeed); "
+                "on a CPU use --distributed fsdp or ddp"
+            )
 
 
 def free_port() -> int:
@@ -357,12 +362,14 @@ def main(argv: list[str] | None = None) -> int:
     writes only an error or an interruption, to ``result-rank<r>.json`` next to it.
     """
     from mrbench.core.interrupts import stop_signals_interrupt
+    from mrbench.engine.sharding import adapt_accelerate
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m mrbench.engine.distributed PAYLOAD.json", file=sys.stderr)
         return 2
     payload = json.loads(Path(args[0]).read_text())
+    adapt_accelerate()  # FSDP on a CPU, gradients reduced in float32 (mrbench.engine.sharding)
     written: dict[str, Any] | None = None
     code = 0
     with stop_signals_interrupt():

@@ -1,8 +1,10 @@
 """Resume inside a cell: a training checkpoint every N steps, and a killed cell going on from its last one.
 
 While a cell trains, every ``checkpoint_every`` optimizer steps the trainer writes
-``<results>/checkpoints/<run_key>/checkpoint-<step>/`` (transformers' own layout: the policy,
-``optimizer.pt``, ``scheduler.pt``, ``rng_state.pth`` and ``trainer_state.json`` with the step),
+``<results>/checkpoints/<run_key>/checkpoint-<step>/`` (transformers' own layout: the policy and
+its optimizer state, ``optimizer.pt`` or, for an FSDP or DeepSpeed cell, their own files (see
+:mod:`mrbench.engine.checkpoint_layout`), ``scheduler.pt``, ``rng_state.pth`` and
+``trainer_state.json`` with the step),
 then mrbench adds :data:`MARKER`, written atomically once everything else is on disk: the run key,
 the MLflow run id, store and experiment, the number of processes, the size of every file of the
 checkpoint, and mrbench's own running state (the means that go to ``diagnostics.json``; the
@@ -61,7 +63,7 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.engine import reward_log
+from mrbench.engine import checkpoint_layout, reward_log
 from mrbench.engine.checkpoints import CellFolder, SaveMode, parse_save, require_room_for_checkpoint
 
 log = logging.getLogger(__name__)
@@ -72,12 +74,10 @@ MARKER_VERSION = 1
 CHECKPOINT_EVERY_ENV = "MRBENCH_CHECKPOINT_EVERY"
 AUTO_CHECKPOINTS = 10
 """``checkpoint_every`` "auto": this many checkpoints over a cell's steps (every ceil(steps / 10))."""
-# transformers' names in a checkpoint folder: what resuming needs beside the weights, and what goes
-# when a kept (save every:N) checkpoint is made model-only again.
-_REQUIRED = ("optimizer.pt", "scheduler.pt", "trainer_state.json")
-_TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt")
+# transformers' names in a checkpoint folder that every layout has; the model and optimizer state
+# are in the layout of the cell's --distributed preset (mrbench.engine.checkpoint_layout).
+_REQUIRED = ("scheduler.pt", "trainer_state.json")
 _RNG_GLOB = "rng_state*.pth"
-_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 def parse_checkpoint_every(text: str) -> int | None:
@@ -166,8 +166,9 @@ def checkpoint_problem(path: Path, run_key: str) -> str | None:
     missing = [name for name in rngs if name not in files]
     if missing:
         return f"its RNG state is missing ({', '.join(missing)})"
-    if not any(name in files for name in _WEIGHTS):
-        return "its model weights are missing"
+    problem = checkpoint_layout.state_problem(files, marker["step"], processes)
+    if problem:
+        return problem
     for name in sorted(files):
         if name.endswith(".safetensors"):
             problem = _safetensors_problem(path / name)
@@ -179,7 +180,7 @@ def checkpoint_problem(path: Path, run_key: str) -> str | None:
 def _is_training_checkpoint(path: Path) -> bool:
     """True for a (possibly partial) training checkpoint; False for a model-only one kept by
     ``--save every:N`` once its cell finished (trainer state, no optimizer, no marker)."""
-    if (path / MARKER).exists() or (path / "optimizer.pt").exists():
+    if (path / MARKER).exists() or checkpoint_layout.has_optimizer_state(path):
         return True
     return not (path / "trainer_state.json").exists()
 
@@ -393,8 +394,11 @@ def _fsync(path: Path) -> None:
 def _strip(path: Path) -> None:
     """Make the checkpoint ``path`` model-only (its marker first: never a marker without its files)."""
     (path / MARKER).unlink(missing_ok=True)
-    for name in _TRAINING_STATE:
-        (path / name).unlink(missing_ok=True)
+    for training in checkpoint_layout.training_only(path):
+        if training.is_dir():
+            shutil.rmtree(training)
+        else:
+            training.unlink()
     for rng in path.glob(_RNG_GLOB):
         rng.unlink()
 

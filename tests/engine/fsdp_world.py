@@ -1,0 +1,96 @@
+"""A real 2-process gloo world with the environment ``accelerate launch`` gives an ``fsdp`` preset's
+worker (the session fixture :func:`fsdp_world`), shared by ``test_fsdp_cpu.py`` and
+``test_sharded_checkpoints.py``.
+
+Each rank builds accelerate's ``Accelerator`` as a cell's trainer does (``cpu=True``, bf16 mixed
+precision), first as accelerate 1.16 is, then adapted by :mod:`mrbench.engine.sharding`; prepares a
+two-layer model and takes one AdamW step; reports what accelerate made of it
+(``rank<r>.json``); and saves the model and optimizer with accelerate's own
+``save_fsdp_model``/``save_fsdp_optimizer`` in both FSDP state-dict types
+(``FULL_STATE_DICT/``, ``SHARDED_STATE_DICT/``): the files a trainer writes into an FSDP
+checkpoint. The ranks are forked, so they start with torch and accelerate imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from mrbench.engine import distributed
+
+WORLD = 2
+
+
+def _prepared(adapt: bool, process_rank: int, out: Path | None) -> dict[str, str]:
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import save_fsdp_model, save_fsdp_optimizer
+
+    AcceleratorState._reset_state(reset_partial_state=True)  # the process group stays
+    if adapt:
+        from mrbench.engine.sharding import adapt_accelerate
+
+        adapt_accelerate()
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")  # what TrainingArguments(use_cpu, bf16) asks
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(process_rank))
+    accelerator.backward(model(x).float().pow(2).mean())
+    optimizer.step()
+    plugin = accelerator.state.__dict__.get("fsdp_plugin")
+    if out is not None:
+        for kind in ("FULL_STATE_DICT", "SHARDED_STATE_DICT"):
+            plugin.state_dict_config = plugin.optim_state_dict_config = None  # as if built with `kind`
+            plugin.set_state_dict_type(kind)
+            save_fsdp_model(plugin, accelerator, model, str(out / kind))
+            save_fsdp_optimizer(plugin, accelerator, optimizer, model, str(out / kind))
+    policy = getattr(plugin, "mixed_precision_policy", None)
+    return {
+        "type": str(accelerator.distributed_type),
+        "param": type(next(model.parameters())).__name__,
+        "param_dtype": str(next(model.parameters()).dtype),
+        "reduce_dtype": str(getattr(policy, "reduce_dtype", None)),
+        "compute_dtype": str(getattr(policy, "param_dtype", None)),
+    }
+
+
+def _rank(process_rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(process_rank),
+        LOCAL_RANK=str(process_rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        ACCELERATE_USE_FSDP="true",
+        FSDP_VERSION="2",
+        FSDP_AUTO_WRAP_POLICY="NO_WRAP",
+        FSDP_STATE_DICT_TYPE="FULL_STATE_DICT",
+        OMP_NUM_THREADS="1",
+    )
+    reports = {
+        "plain": _prepared(False, process_rank, None),
+        "adapted": _prepared(True, process_rank, Path(out)),
+    }
+    Path(out, f"rank{process_rank}.json").write_text(json.dumps(reports))
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+@pytest.fixture(scope="session")
+def fsdp_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of the world's reports (``rank<r>.json``) and saved FSDP layouts."""
+    import accelerate  # noqa: F401  (imported before the ranks fork)
+
+    out = tmp_path_factory.mktemp("fsdp-world")
+    mp.start_processes(
+        _rank, args=(WORLD, distributed.free_port(), str(out)), nprocs=WORLD, start_method="fork"
+    )
+    return out
