@@ -110,6 +110,10 @@ class CellOptions:
     tracking_retry_s: float | None = None
     """Seconds each call to the store is retried; None: ``$MRBENCH_TRACKING_RETRY_S``, else 300
     (:func:`mrbench.store.client.tracking_retry_s`)."""
+    kill_after_checkpoint: int | None = None
+    """A rehearsed crash (``mrbench sweep --rehearse``): on its first attempt the cell SIGKILLs its
+    own process group right after its training checkpoint of this step is complete
+    (:class:`mrbench.engine.resume.CheckpointWriter`); a resumed attempt trains on. None: never."""
 
     def given(self) -> dict[str, Any]:
         """The options that are set (not None)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from mrbench.core.errors import UserError
 from mrbench.engine.pretrained import MODEL_MARKER, PRETRAINED_PRESETS, prepare_pretrained
+from mrbench.engine.standin import family_of, is_standin, prepare_standin
 from mrbench.engine.tiny import TINY_PRESETS, TINY_TASK_SETTINGS, prepare_tiny
 from mrbench.store.local import results_dir
 
@@ -33,7 +34,11 @@ def is_preset(name: str) -> bool:
 
 
 def validate_model_name(name: str) -> None:
-    """Accept a model preset, an existing local path, or a hub id ``org/name``; else :class:`UserError`."""
+    """Accept a model preset, a stand-in (``standin:<model>``, :mod:`mrbench.engine.standin`), an
+    existing local path, or a hub id ``org/name``; else :class:`UserError`."""
+    if is_standin(name):
+        family_of(name)  # a family without a stand-in: UserError
+        return
     if is_preset(name) or Path(name).exists():
         return
     if "/" in name and not name.startswith(("/", ".")) and name.count("/") == 1:
@@ -83,7 +88,7 @@ def check_model_available(name: str) -> None:
     of retries ``from_pretrained`` spends before its error. Checked once per name and process.
     """
     validate_model_name(name)
-    if is_preset(name) or Path(name).exists():
+    if is_preset(name) or is_standin(name) or Path(name).exists():
         return
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
@@ -124,6 +129,8 @@ def prepare_model(name: str) -> str:
         return prepare_pretrained(name, results_dir() / "models")
     if name in TINY_PRESETS:
         return prepare_tiny(name, results_dir() / "models")
+    if is_standin(name):
+        return prepare_standin(name, results_dir() / "models")
     return name
 
 

@@ -55,6 +55,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import struct
 import sys
 from dataclasses import dataclass
@@ -406,9 +407,17 @@ def _strip(path: Path) -> None:
 class CheckpointWriter:
     """Asks the trainer for a checkpoint every ``every`` steps (and every ``keep_every``, for save
     every:N), completes each with :data:`MARKER`, and then removes the previous one (a kept one
-    becomes model-only). ``callback`` is the ``TrainerCallback`` to add to the trainer."""
+    becomes model-only). ``callback`` is the ``TrainerCallback`` to add to the trainer.
 
-    def __init__(self, trainer: Any, folder: CellFolder, start: CellStart) -> None:
+    ``kill_after``: a rehearsed crash (:attr:`mrbench.engine.config.CellOptions.kill_after_checkpoint`):
+    on a first attempt (not a resumed one), once the checkpoint of that step is complete, the
+    process group of the cell's main process gets SIGKILL (a one-process cell and its worker; in a
+    multi-process cell rank 0, each rank being a session of its own, and the others fail with it),
+    as a machine failure would end it; the next attempt resumes from that checkpoint."""
+
+    def __init__(
+        self, trainer: Any, folder: CellFolder, start: CellStart, *, kill_after: int | None = None
+    ) -> None:
         from transformers import TrainerCallback
 
         from mrbench.engine.distributed import barrier
@@ -421,6 +430,9 @@ class CheckpointWriter:
             "experiment_id": start.experiment_id,
         }
         self.every, self.keep_every, self.resumed = start.every, start.save.every, start.resumed
+        self.kill_after = kill_after if start.resumed is None else None
+        if self.kill_after is not None:
+            check_can_kill_group()
         writer = self
 
         class _Callback(TrainerCallback):  # subclassed here: importing this module imports no transformers
@@ -481,6 +493,10 @@ class CheckpointWriter:
                 _strip(older_path)
             else:
                 shutil.rmtree(older_path, ignore_errors=True)
+        if self.kill_after == step:
+            log.warning("rehearsed crash: SIGKILL to the cell's process group after checkpoint %d", step)
+            logging.shutdown()  # the cell log keeps the line above
+            os.killpg(os.getpgrp(), signal.SIGKILL)
 
     def restore(self) -> str | None:
         """Put mrbench's running state of the resumed checkpoint back into the trainer; return the
@@ -494,6 +510,17 @@ class CheckpointWriter:
         trainer._batches_scored = int(state["batches_scored"])
         trainer.reward_log = reward_log.RewardLog.load(self.resumed.point.path / reward_log.CHECKPOINT_FILE)
         return str(self.resumed.point.path)
+
+
+def check_can_kill_group() -> None:
+    """:class:`UserError` unless this process's group is a session of its own (a sweep's worker
+    process, its ranks included): a rehearsed crash kills the whole group, which must not hold the
+    sweep or the user's shell."""
+    if os.getpgrp() != os.getsid(0):
+        raise UserError(
+            "kill_after_checkpoint kills the cell's process group: run the cell in a worker process of "
+            "its own (a sweep with --workers 2 or more), not in the sweep's or the shell's process"
+        )
 
 
 def _replay_sampler_epochs(dataloader: Any, global_step: int, accumulation: int) -> None:

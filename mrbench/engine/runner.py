@@ -448,7 +448,9 @@ def _train(run: _CellRun, policy: _Policy, progress: bool) -> Any:
             shadow_methods=None,  # compare with every other registered method, at its defaults
             **hooks,
         )
-        checkpoints = resume.CheckpointWriter(trainer, run.folder, run.start)
+        checkpoints = resume.CheckpointWriter(
+            trainer, run.folder, run.start, kill_after=spec.options.kill_after_checkpoint
+        )
         trainer.add_callback(checkpoints.callback)
         t0 = time.perf_counter()
         trainer.train(resume_from_checkpoint=checkpoints.restore())

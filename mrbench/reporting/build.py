@@ -35,6 +35,7 @@ from mrbench.reporting.extra_evals import extra_evals_section
 from mrbench.reporting.figures import FigureQueue, remove_old_figures, write_manifest
 from mrbench.reporting.findings import findings
 from mrbench.reporting.lab_section import lab_section
+from mrbench.reporting.paper_table import paper_tables
 from mrbench.reporting.render import config_details, header, warnings
 from mrbench.reporting.results import results
 from mrbench.reporting.scaling import scaling_section
@@ -56,6 +57,7 @@ def write_report(
     if not ctx.sel.cells:
         lines += ["No FINISHED runs yet: nothing to compare.", ""]
     else:
+        lines += paper_tables(ctx)  # a paper sweep's results as the paper lays them out
         lines += results(ctx, figures)
         lines += extra_evals_section(ctx)
         lines += scaling_section(ctx, figures)

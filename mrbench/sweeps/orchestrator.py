@@ -222,7 +222,11 @@ class _Store:
 def _with_cell_options(grid: Grid, spec: SweepSpec) -> Grid:
     """The grid with the sweep's cell options (checkpoint interval, store retry bound) on each
     :class:`RunSpec`, which hands them to its cell in any process; the run keys stay as they are."""
-    options = CellOptions(checkpoint_every=spec.checkpoint_every, tracking_retry_s=spec.tracking_retry_s)
+    options = CellOptions(
+        checkpoint_every=spec.checkpoint_every,
+        tracking_retry_s=spec.tracking_retry_s,
+        kill_after_checkpoint=spec.kill_after_checkpoint,
+    )
     if not options.given():
         return grid
     cells = [

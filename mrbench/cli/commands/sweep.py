@@ -50,6 +50,18 @@ def sweep(
         out = console.terminal()
         isatty = getattr(out, "isatty", None)
         screen = Console(file=out, soft_wrap=not (isatty and isatty()))  # plain lines are never cut
+        if spec.rehearse:  # the sweep rehearsed on this CPU (mrbench.sweeps.rehearsal)
+            from mrbench.sweeps.rehearsal import run_rehearsal
+
+            rehearsed = run_rehearsal(
+                spec,
+                tracking_uri=tracking_uri,
+                dry_run=dry_run,
+                cell_fn=cell_fn,
+                resolve=resolve,
+                console=screen,
+            )
+            return rehearsed.exit_code
         outcome = run_sweep(
             spec, tracking_uri=tracking_uri, dry_run=dry_run, cell_fn=cell_fn, resolve=resolve, console=screen
         )
