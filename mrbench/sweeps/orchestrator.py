@@ -207,7 +207,11 @@ def _preflight(spec: SweepSpec, dry_run: bool, console: Any) -> SweepSpec | None
         for line in [f"dry run: {head}", *(f"  {line}" for line in problems)]:
             _say(console)(line)
         return None
-    return preflight.with_steps_from_data(spec)
+    spec = preflight.with_steps_from_data(spec)
+    if dry_run and spec.preset == "paper":
+        steps = ", ".join(f"{t} {spec.task_train.get(t, {}).get('steps', spec.steps)}" for t in spec.tasks)
+        _say(console)(f"steps (the paper's epochs over the training sets): {steps}")
+    return spec
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,11 @@ PAPER_DATA_ROOT = "~/mrbench-data"
 """The data root every paper task reads its files from (:data:`mrbench.tasks.sources.LAYOUT`):
 ``ToolRL/`` (ToolRL's repository: ``dataset/rlla_4k`` and ``benchmarks/API-Bank``), ``ASB/``,
 ``InjecAgent/`` and ``code_generation_lite/test6.jsonl`` (docs/paper.md says how to get each)."""
-ALL = 100_000
-"""``n_train`` / ``n_eval`` meaning "every item of the split" (each split is far smaller)."""
+EVERY_TOOLRL = {"n_train": 8_000, "n_eval": 2_000}
+EVERY_AGENTDOJO = {"n_train": 10_000, "n_eval": 10_000}
+"""``n_train`` / ``n_eval`` meaning "every item of the split": each split is smaller (ToolRL's
+``rlla_4k`` holds 4,000 items; AgentDojo's training split 1,644 cases), and these are the
+settings' upper bounds."""
 PAPER_COMPLETION_TOKENS = {"code-generation": 1024, "tool-calling": 512, "agent-security": 512}
 """Completion budgets (per assistant turn for agent security): the paper states none; these are the
 loaders' defaults for LeetCodeDataset, ToolRL and AgentDojo."""
@@ -49,16 +52,14 @@ PAPER_TASK_PARAMS: dict[str, dict[str, Any]] = {
     # ToolRL's rlla_4k trains and its test split evaluates (API-Bank and BFCL extra).
     "tool-calling": {
         "dataset": "toolrl",
-        "n_train": ALL,
-        "n_eval": ALL,
+        **EVERY_TOOLRL,
         "max_completion_tokens": PAPER_COMPLETION_TOKENS["tool-calling"],
         "data_path": PAPER_DATA_ROOT,
     },
     # AgentDojo v1.2.2's training split trains, its held-out user tasks evaluate (ASB, InjecAgent extra).
     "agent-security": {
         "dataset": "agentdojo",
-        "n_train": ALL,
-        "n_eval": ALL,
+        **EVERY_AGENTDOJO,
         "max_completion_tokens": PAPER_COMPLETION_TOKENS["agent-security"],
         "data_path": PAPER_DATA_ROOT,
     },

@@ -122,3 +122,15 @@ def test_steps_come_from_the_training_sets_size() -> None:
     assert spec.task_train["tool-calling"]["steps"] == paper_steps("tool-calling", n_train) == 3
     shortened = preflight.with_steps_from_data(replace(_tools_only(FIXTURES), steps=2))
     assert "steps" not in shortened.task_train["tool-calling"]
+
+
+def test_the_dry_run_with_the_data_present_lists_the_steps_and_the_grid(tmp_path: Path) -> None:
+    console = Console(file=io.StringIO(), width=300)
+    spec = replace(_tools_only(FIXTURES), seeds=(0,))
+    outcome = run_sweep(
+        spec, tracking_uri=f"sqlite:///{tmp_path / 'never.db'}", dry_run=True, console=console
+    )
+    text = console.file.getvalue()
+    assert "steps (the paper's epochs over the training sets): tool-calling 3" in text
+    assert len(outcome.grid.cells) == 9 and all(c.spec.train.steps == 3 for c in outcome.grid.cells)
+    assert not (tmp_path / "never.db").exists()
