@@ -90,9 +90,10 @@ def test_the_base_class_defaults() -> None:
 
 
 BOUNDED = {
-    "tool-calling": {"n_train", "n_eval", "max_completion_tokens"},
-    "code-generation": {"timeout_s", "max_completion_tokens", "n_sampled"},
+    "tool-calling": {"n_train", "n_eval", "seed", "max_completion_tokens"},
+    "code-generation": {"seed", "timeout_s", "max_completion_tokens", "n_sampled"},
     "agent-security": {
+        "seed",
         "n_train",
         "n_eval",
         "max_turns",
@@ -114,16 +115,36 @@ def test_bounded_settings_declare_their_range() -> None:
         )
 
 
+def test_every_numeric_setting_of_a_built_in_task_has_an_upper_bound() -> None:
+    # Issue 36, item 2: n_eval=99999999999 never finished, n_eval=20000 failed deep in the run,
+    # a seed >= 2**32 failed in numpy. Every count and seed is bounded where it is declared.
+    for name in BOUNDED:
+        entry = tasks.TASKS.get(name)
+        numeric = {
+            k for k, v in entry.params.items() if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        assert numeric <= set(entry.ranges), (name, numeric - set(entry.ranges))
+        unbounded = [k for k, bound in entry.ranges.items() if bound.le is None and bound.lt is None]
+        assert unbounded == [], name
+    for value, must in ((99_999_999_999, ">= 1 and <= 2000"), (20_000, ">= 1 and <= 2000")):
+        with pytest.raises(
+            RegistryError, match=f"bad value {value} for parameter 'n_eval' .*: must be {must}"
+        ):
+            tasks.build_task("tool-calling", {"n_eval": value})
+    with pytest.raises(RegistryError, match="'seed' of 'tool-calling': must be >= 0 and <= 4294967295"):
+        tasks.build_task("tool-calling", {"seed": 2**32})
+
+
 @pytest.mark.parametrize(
     ("name", "key", "value", "must"),
     [
-        ("tool-calling", "n_eval", 0, ">= 1"),
-        ("tool-calling", "max_completion_tokens", -1, ">= 0"),
+        ("tool-calling", "n_eval", 0, ">= 1 and <= 2000"),
+        ("tool-calling", "max_completion_tokens", -1, ">= 0 and <= 131072"),
         ("code-generation", "timeout_s", 600.5, "> 0 and <= 600"),
-        ("code-generation", "n_sampled", 0, ">= 1"),
-        ("agent-security", "max_turns", -2, ">= 0"),
+        ("code-generation", "n_sampled", 0, ">= 1 and <= 1024"),
+        ("agent-security", "max_turns", -2, ">= 0 and <= 64"),
         ("agent-security", "clean_share", 1.5, "<= 1"),
-        ("agent-security", "format_weight", float("nan"), ">= 0"),
+        ("agent-security", "format_weight", float("nan"), ">= 0 and <= 1000"),
     ],
 )
 def test_a_value_out_of_range_is_refused_alike_by_name_and_directly(

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar
 
+from mrbench.core import limits
 from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
 from mrbench.core.registry import Range
 from mrbench.tasks.agent_security import agentdojo_policies, evaluation, scenarios
@@ -373,19 +374,24 @@ def _transcript(text: str) -> list[str] | None:
     return turns if isinstance(turns, list) and all(isinstance(t, str) for t in turns) else None
 
 
+CASES_MAX = 10_000
+"""Cases per split: time, generating an embedded case takes about a millisecond (10,000: seconds
+before the first step) and each is an episode to run; AgentDojo has fewer."""
+
+
 def agent_security(
     *,
     dataset: str = "embedded",
     mode: str = "multi-turn",
-    n_train: Annotated[int, Range(ge=0)] = 500,
-    n_eval: Annotated[int, Range(ge=0)] = 0,
-    seed: int = 0,
-    max_turns: Annotated[int, Range(ge=0)] = 0,
+    n_train: Annotated[int, Range(ge=0, le=CASES_MAX)] = 500,
+    n_eval: Annotated[int, Range(ge=0, le=CASES_MAX)] = 0,
+    seed: Annotated[int, Range(ge=0, le=limits.SEED_MAX)] = 0,
+    max_turns: Annotated[int, Range(ge=0, le=64)] = 0,
     attacks: str = "all",
     suites: str = "all",
     invalid: str = "penalize",
-    format_weight: Annotated[float, Range(ge=0)] = 0.0,
-    max_completion_tokens: Annotated[int, Range(ge=0)] = 0,
+    format_weight: Annotated[float, Range(ge=0, le=1_000)] = 0.0,
+    max_completion_tokens: Annotated[int, Range(ge=0, le=limits.TOKENS_MAX)] = 0,
     clean_share: Annotated[float, Range(le=1)] = -1.0,
     data_path: str = "",
     prompt_style: str = "chat",

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
+from mrbench.core import limits
 from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
-from mrbench.core.errors import UserError
+from mrbench.core.errors import RegistryError, UserError
 from mrbench.core.registry import Range
 from mrbench.kit.sandbox import Limits
 from mrbench.tasks.code_generation import evaluation, rewards
@@ -31,9 +32,11 @@ DEFAULT_MAX_COMPLETION_TOKENS = {
 """Generation budgets. ``embedded``: a perfect answer is at most 79 characters (about 30 tokens
 with the tiny models' 1024-token byte-level BPE), so 64 tokens never truncate one while keeping
 CPU rollouts short. The others hold whole functions (LeetCode: whole classes)."""
-_SUBSET_SIZES = {"n_train": Range(ge=1), "n_eval": Range(ge=1)}
+_SUBSET_SIZES = {"n_train": Range(ge=1, le=5_000), "n_eval": Range(ge=1, le=5_000)}
 """The ranges of ``n_train`` and ``n_eval``, which may also be None (the whole split): kept here, as
-the registry checks a default (None) against the range its annotation declares."""
+the registry checks a default (None) against the range its annotation declares. At most 5,000: no
+split of the code datasets is larger (LeetCodeDataset's train split, the largest, has 2,641); a
+size beyond the chosen split is refused when the split is read (:func:`_subset`)."""
 
 
 def dataset_split(dataset: str) -> tuple[list[Problem], list[Problem]]:
@@ -88,7 +91,7 @@ def _subset(problems: list[Problem], n: int | None, seed: int, what: str) -> lis
     if n is None:
         return list(problems)
     if n > len(problems):
-        raise ValueError(f"{what}={n} but only {len(problems)} problems are available")
+        raise RegistryError(f"{what}={n} but only {len(problems)} problems are available; give at most that")
     return random.Random(f"{what}:{seed}").sample(problems, n)
 
 
@@ -313,10 +316,10 @@ def code_generation(
     weights: str = "equal",
     n_train: int | None = None,
     n_eval: int | None = None,
-    seed: int = 0,
+    seed: Annotated[int, Range(ge=0, le=limits.SEED_MAX)] = 0,
     timeout_s: Annotated[float, Range(gt=0, le=600)] = 5.0,
-    max_completion_tokens: Annotated[int, Range(ge=0)] = 0,
-    n_sampled: Annotated[int, Range(ge=1)] = 16,
+    max_completion_tokens: Annotated[int, Range(ge=0, le=limits.TOKENS_MAX)] = 0,
+    n_sampled: Annotated[int, Range(ge=1, le=limits.GENERATIONS_MAX)] = 16,
     data_path: str = "",
 ) -> CodeGenerationTask:
     """Write Python functions run against tests in a sandbox; seven reward components.

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Annotated, Any
 
+from mrbench.core import limits
 from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
 from mrbench.core.registry import Range
 from mrbench.tasks.settings import check_settings
@@ -229,13 +230,21 @@ def _metric_names(samples: list[Sample]) -> tuple[str, ...]:
     return (*EVAL_METRICS, BFCL_METRIC) if has_bfcl else EVAL_METRICS
 
 
+N_TRAIN_MAX = 8_000
+"""The embedded generator's size: it draws about 11,000 distinct training requests for any seed
+(ToolRL's train split, the other source of training items, is smaller)."""
+N_EVAL_MAX = 2_000
+"""The embedded generator's size: about 2,650 distinct held-out requests for any seed (beyond, it
+cannot draw them); BFCL's and API-Bank's largest categories are smaller."""
+
+
 def tool_calling(
     *,
-    n_train: Annotated[int, Range(ge=1)] = 512,
-    n_eval: Annotated[int, Range(ge=1)] = 64,
-    seed: int = 0,
+    n_train: Annotated[int, Range(ge=1, le=N_TRAIN_MAX)] = 512,
+    n_eval: Annotated[int, Range(ge=1, le=N_EVAL_MAX)] = 64,
+    seed: Annotated[int, Range(ge=0, le=limits.SEED_MAX)] = 0,
     dataset: str = "embedded",
-    max_completion_tokens: Annotated[int, Range(ge=0)] = 0,
+    max_completion_tokens: Annotated[int, Range(ge=0, le=limits.TOKENS_MAX)] = 0,
     data_path: str = "",
     prompt_style: str = "chat",
 ) -> ToolCallingTask:

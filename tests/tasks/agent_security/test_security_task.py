@@ -66,7 +66,14 @@ def test_registry_builds_the_task() -> None:
         ({"invalid": "skip"}, r"unknown invalid policy 'skip'"),
         ({"n_train": -1}, r"bad value -1 for parameter 'n_train' of 'agent-security': must be >= 0"),
         ({"max_turns": 1.5}, r"'max_turns' of 'agent-security': must be an integer"),
-        ({"format_weight": float("inf")}, r"'format_weight' of 'agent-security': must be a finite number"),
+        (
+            {"format_weight": float("inf")},
+            r"bad value inf for parameter 'format_weight' .*: must be >= 0 and <= 1000",
+        ),
+        (
+            {"n_eval": 10_001},
+            r"bad value 10001 for parameter 'n_eval' of 'agent-security': must be >= 0 and <= 10000",
+        ),
         ({"suites": "banking"}, r"applies to dataset 'agentdojo' only"),
         (
             {"dataset": "agentdojo", "mode": "single-turn"},
