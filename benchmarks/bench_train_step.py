@@ -1,101 +1,136 @@
-"""Training-step overhead of the harness's advantage hook vs plain TRL ``GRPOTrainer``.
+"""A GRPO training step of mrbench's trainer vs plain TRL ``GRPOTrainer``, on the same work.
 
-All trainers get the same model, data, reward functions, seed and config; the harness uses the
-registered ``grpo`` method with TRL's ε (1e-4), so every arm computes identical advantages and
-takes identical optimisation steps: the only difference is the hook (advantage recomputation,
-``adv/...`` diagnostics and, by default, the shadow estimators). Three arms run in turn
-(TRL / mrbench without shadows / mrbench with every other method as a shadow) to spread machine
-noise over all of them; the figures are ratios of median seconds per step. The shadows' own
-cost is also timed inside the run (seconds in ``_shadow_step`` per step over seconds per step),
-which is not blurred by run-to-run noise.
+Every arm gets the same model, prompts, reward functions, seed and config, the config a cell runs
+(gradient checkpointing off, float32 on the CPU: :func:`mrbench.engine.grpo_setup.grpo_config`);
+the harness uses the registered ``grpo`` method with TRL's ε (1e-4), so every arm computes the same
+advantages. Arms:
+
+- ``TRL``: plain ``GRPOTrainer`` with TRL's own CPU log-prob folds;
+- ``mrbench, shared prefix off``: what a cell ran before shared prefixes (the advantage hook,
+  diagnostics and shadow estimators, mrbench's CPU folds: :mod:`mrbench.engine.cpu_logprob`);
+- ``mrbench, shared prefix on``: the same with each group's prompt encoded once
+  (:mod:`mrbench.engine.shared_prefix`), when scoring and when generating.
+
+Each arm runs in a fresh process (so its peak resident memory is its own), the arms in turn,
+``--repeats`` times; the figures are ratios of median seconds per step (``trainer.train()`` over
+``--steps`` steps, model loading excluded), measured in the same run. The shadows' own cost is
+timed inside the runs (seconds in the shadow estimators over seconds per step).
 
     python benchmarks/bench_train_step.py [--steps 8] [--repeats 3] [--model tiny]
-    python benchmarks/bench_train_step.py --model smollm2-135m --task code-generation \
-        --prompts 2 --generations 8 --lr 1e-5 --task-param max_completion_tokens=48 --steps 2 --repeats 2
+    python benchmarks/bench_train_step.py --model smollm2-135m --task tool-calling --prompts 2 \
+        --generations 8 --lr 1e-5 --task-param max_completion_tokens=64 --steps 1 --repeats 1
 
 The task gets the settings the model was built for (the tiny models: compact prompts) under the
 ``--task-param`` ones; ``--prompts`` × ``--generations`` completions a step.
-
-Exits 1 if the harness (with shadows) is more than 5 % slower than TRL or the shadows take more
-than 5 % of a step.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from typing import Any
 
-import torch
-from datasets import Dataset
-from trl import GRPOConfig, GRPOTrainer
-
-import mrbench.methods as methods
-from mrbench.engine.models import load_model, load_tokenizer, model_task_settings, prepare_model
-from mrbench.kit.keyvalue import parse_key_values
-from mrbench.tasks import build_task, get_task_entry
-
-TARGET = 0.05
+ARMS = ("TRL", "mrbench, shared prefix off", "mrbench, shared prefix on")
 
 
-def seconds_per_step(
-    trainer_cls, model_path, task, steps, extra, batch=(4, 8), lr=5e-4
-) -> tuple[float, float]:
-    """(seconds per step, seconds per step spent in the shadow estimators, 0 without them)."""
+def run_arm(arm: str, args: argparse.Namespace) -> dict[str, float]:
+    """Train ``args.steps`` steps with ``arm``'s trainer in this process: seconds per step, the
+    shadows' seconds per step, mean completion length and this process's peak RSS (MiB)."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    import mrbench.methods as methods
+    from mrbench.engine import cpu_logprob
+    from mrbench.engine.models import load_model, load_tokenizer, model_task_settings, prepare_model
+    from mrbench.engine.trainer import MultiRewardGRPOTrainer
+    from mrbench.kit.keyvalue import parse_key_values
+    from mrbench.tasks import build_task, get_task_entry
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    model_path = prepare_model(args.model)
+    accepted = get_task_entry(args.task).params
+    built_for = {k: v for k, v in model_task_settings(args.model).items() if k in accepted}
+    task = build_task(args.task, {**built_for, **parse_key_values(args.task_param, flag="--task-param")})
     tok = load_tokenizer(model_path)
     rows = [{"prompt": s.prompt, **s.columns} for s in task.train_samples()]
     with tempfile.TemporaryDirectory() as out:
         cfg = GRPOConfig(
             output_dir=out,
-            max_steps=steps,
-            per_device_train_batch_size=batch[0] * batch[1],
-            num_generations=batch[1],
+            max_steps=args.steps,
+            per_device_train_batch_size=args.prompts * args.generations,
+            num_generations=args.generations,
             max_completion_length=task.max_completion_tokens,
-            learning_rate=lr,
+            learning_rate=args.lr,
             lr_scheduler_type="constant",
             logging_steps=1,
             report_to=[],
             save_strategy="no",
             use_cpu=True,
             bf16=False,
+            gradient_checkpointing=False,  # as a cell runs (TRL 1.16 defaults it on)
             disable_tqdm=True,
             remove_unused_columns=False,
             seed=0,
         )
-        trainer = trainer_cls(
-            model=load_model(model_path),
-            reward_funcs=[c.fn for c in task.reward_components()],
-            args=cfg,
-            train_dataset=Dataset.from_list(rows),
-            processing_class=tok,
-            **extra,
-        )
+        common = {
+            "model": load_model(model_path),
+            "reward_funcs": [c.fn for c in task.reward_components()],
+            "args": cfg,
+            "train_dataset": Dataset.from_list(rows),
+            "processing_class": tok,
+        }
+        if arm == "TRL":
+            cpu_logprob.uninstall()
+            trainer = GRPOTrainer(**common)
+        else:
+            cpu_logprob.install()
+            trainer = MultiRewardGRPOTrainer(
+                **common,
+                method_fn=methods.get_method("grpo").obj,
+                method_params={"eps": 1e-4},
+                shared_prefix=arm.endswith("on"),
+            )
+        shadow_s = time_shadows(trainer)
         start = time.perf_counter()
         trainer.train()
         elapsed = time.perf_counter() - start
-        return elapsed / steps, getattr(trainer, "shadow_s", 0.0) / steps
+        lengths = trainer._metrics["train"].get("completions/mean_length", [0.0])
+    return {
+        "s_per_step": elapsed / args.steps,
+        "shadow_s_per_step": shadow_s[0] / args.steps,
+        "mean_completion_length": statistics.fmean(lengths),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
-def timed_shadows(base):
-    """``base`` (a MultiRewardGRPOTrainer) that adds up the seconds its shadow estimators take."""
+def time_shadows(trainer: Any) -> list[float]:
+    """Add up, in the returned one-element list, the seconds ``trainer``'s shadow estimators take
+    (``StepDiagnostics._shadow_step``); ``[0.0]`` for a trainer without them."""
+    total = [0.0]
+    diagnostics = getattr(trainer, "step_diagnostics", None)
+    if diagnostics is None:
+        return total
+    inner = diagnostics._shadow_step
 
-    class TimedShadows(base):
-        shadow_s = 0.0
+    def timed(*a: Any, **kw: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return inner(*a, **kw)
+        finally:
+            total[0] += time.perf_counter() - start
 
-        def _shadow_step(self, rewards, weights, adv):
-            start = time.perf_counter()
-            try:
-                return super()._shadow_step(rewards, weights, adv)
-            finally:
-                self.shadow_s += time.perf_counter() - start
-
-    return TimedShadows
+    diagnostics._shadow_step = timed
+    return total
 
 
 def main() -> int:
-    from mrbench.engine.trainer import MultiRewardGRPOTrainer, resolve_shadows
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
@@ -105,51 +140,37 @@ def main() -> int:
     parser.add_argument("--generations", type=int, default=8, help="completions per prompt (G)")
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # one arm, in this process
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    model_path = prepare_model(args.model)
-    accepted = get_task_entry(args.task).params
-    built_for = {k: v for k, v in model_task_settings(args.model).items() if k in accepted}
-    task = build_task(args.task, {**built_for, **parse_key_values(args.task_param, flag="--task-param")})
-    shape = (args.prompts, args.generations)
-    ours = {"method_fn": methods.get_method("grpo").obj, "method_params": {"eps": 1e-4}}
-    arms = {
-        "TRL GRPOTrainer": (GRPOTrainer, {}),
-        "mrbench, grpo via hook, no shadows": (MultiRewardGRPOTrainer, {**ours, "shadow_methods": ()}),
-        "mrbench, grpo via hook + shadows": (timed_shadows(MultiRewardGRPOTrainer), ours),
-    }
-    shadows = list(resolve_shadows(ours["method_fn"], None))
-    runs: dict[str, list[float]] = {name: [] for name in arms}
-    shadow_runs: list[float] = []
-    seconds_per_step(GRPOTrainer, model_path, task, 2, {}, shape, args.lr)  # warm-up: imports, allocator
+    if args.arm:
+        print(json.dumps(run_arm(args.arm, args)))
+        return 0
+    runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
     for _ in range(args.repeats):
-        for name, (cls, extra) in arms.items():
-            per_step, shadow_per_step = seconds_per_step(
-                cls, model_path, task, args.steps, extra, shape, args.lr
-            )
-            runs[name].append(per_step)
-            if shadow_per_step:
-                shadow_runs.append(shadow_per_step / per_step)
-    median = {name: statistics.median(values) for name, values in runs.items()}
-    plain, bare, full = median.values()
-    overhead = full / plain - 1
-    shadow_share = statistics.median(shadow_runs)
+        for arm in ARMS:
+            cmd = [sys.executable, __file__, *sys.argv[1:], "--arm", arm]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            runs[arm].append(json.loads(out.strip().splitlines()[-1]))
+    median = {arm: statistics.median(r["s_per_step"] for r in rs) for arm, rs in runs.items()}
+    load = open("/proc/loadavg").read().split()[:3]
     print(
-        f"model {args.model}, task {args.task}, {args.steps} steps"
-        f" × {args.repeats} alternating repeats, {args.prompts}×{args.generations} batch;"
-        f" shadows: {', '.join(shadows)}"
+        f"model {args.model}, task {args.task}, {args.prompts}×{args.generations} completions,"
+        f" {args.steps} steps × {args.repeats} alternating repeats; load average {' '.join(load)}"
     )
-    print("| trainer | median s/step | all runs (s/step) |")
-    print("|---|---|---|")
-    for name, values in runs.items():
-        print(f"| {name} | {median[name]:.3f} | {', '.join(f'{x:.3f}' for x in values)} |")
-    print(f"hook with shadows vs TRL: {overhead * 100:+.1f} % (target ≤ {TARGET * 100:.0f} %)")
-    print(f"shadows on vs off (A/B, noisy): {(full / bare - 1) * 100:+.1f} %")
-    print(
-        f"shadow estimators, timed in the run: {shadow_share * 100:.2f} % of a step"
-        f" (runs: {', '.join(f'{x * 100:.2f}' for x in shadow_runs)}; target ≤ {TARGET * 100:.0f} %)"
-    )
-    return 0 if overhead <= TARGET and shadow_share <= TARGET else 1
+    print("| trainer | median s/step | vs TRL | runs (s/step) | mean completion tokens | peak RSS MiB |")
+    print("|---|---|---|---|---|---|")
+    trl = median["TRL"]
+    for arm, rs in runs.items():
+        each = ", ".join(f"{r['s_per_step']:.2f}" for r in rs)
+        print(
+            f"| {arm} | {median[arm]:.2f} | {trl / median[arm]:.2f}× faster | {each} |"
+            f" {statistics.fmean(r['mean_completion_length'] for r in rs):.1f} |"
+            f" {max(r['peak_rss_mib'] for r in rs):.0f} |"
+        )
+    shares = [r["shadow_s_per_step"] / r["s_per_step"] for arm in ARMS[1:] for r in runs[arm]]
+    print(f"shadow estimators, timed in the runs: {statistics.median(shares) * 100:.2f} % of a step")
+    print(f"shared prefix on vs plain TRL: {trl / median[ARMS[2]]:.2f}× faster")
+    return 0
 
 
 if __name__ == "__main__":

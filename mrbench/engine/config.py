@@ -19,6 +19,10 @@ from mrbench.core import layout
 from mrbench.core.errors import UserError
 
 RUN_KEY_VERSION = 1  # bump when the meaning of a spec field changes, to invalidate old run keys
+SHARED_PREFIX = ("auto", "on", "off")
+ROUNDING_ONLY = frozenset({"shared_prefix"})
+"""TrainSettings fields that change a cell's numbers by float rounding only: never in the run key,
+and in :meth:`RunSpec.to_dict` and the params only when not at their default."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,12 @@ class TrainSettings:
     """Recompute activations in the backward pass: less memory, about a third more compute."""
     use_vllm: bool = False
     """Generate rollouts with vLLM colocated on the training GPU (the ``vllm`` extra; CUDA only)."""
+    shared_prefix: str = "auto"
+    """Encode each group's prompt once, not once per completion, when scoring and when generating
+    on the transformers path (:mod:`mrbench.engine.shared_prefix`): ``on`` where the model supports
+    it (an error where it does not), ``off`` TRL's own passes, ``auto`` on for the pretrained
+    presets and hub models it supports and off for the tiny presets (whose committed reports were
+    computed without it). It changes numbers by float rounding only, so it is not in the run key."""
 
     def __post_init__(self) -> None:
         # Lower bounds; every float must also be finite (inf passes `> 0`, NaN fails silently).
@@ -77,6 +87,8 @@ class TrainSettings:
                     problems.append(f"{f.name}={value!r} (must be {'>=' if inclusive else '>'} {bound})")
         from mrbench.engine.models import PRECISIONS
 
+        if self.shared_prefix not in SHARED_PREFIX:
+            problems.append(f"shared_prefix={self.shared_prefix!r} (choose from {', '.join(SHARED_PREFIX)})")
         if self.precision not in PRECISIONS:
             problems.append(f"precision={self.precision!r} (choose from {', '.join(PRECISIONS)})")
         if problems:
@@ -141,8 +153,9 @@ class RunSpec:
         options = self.options.given()
         return {**data, "options": options} if options else data
 
-    def _computed(self) -> dict[str, Any]:
-        """What the cell computes: the content of its run key."""
+    def _computed(self, *, keyed: bool = False) -> dict[str, Any]:
+        """What the cell computes; ``keyed``: the content of its run key (no :data:`ROUNDING_ONLY`
+        field), else those fields too where they are not at their default."""
         return {
             "method": self.method,
             "method_params": dict(self.method_params),
@@ -150,7 +163,7 @@ class RunSpec:
             "task_params": dict(self.task_params),
             "model": self.model,
             "seed": self.seed,
-            "train": dataclasses.asdict(self.train),
+            "train": _train_fields(self.train, keyed=keyed),
         }
 
     @classmethod
@@ -170,7 +183,9 @@ class RunSpec:
     def run_key(self) -> str:
         """12-hex content hash of what the cell computes: equal specs share a key, any change gives a
         new one; :attr:`options` (how it runs) are left out."""
-        payload = json.dumps({"v": RUN_KEY_VERSION, **self._computed()}, sort_keys=True, default=str)
+        payload = json.dumps(
+            {"v": RUN_KEY_VERSION, **self._computed(keyed=True)}, sort_keys=True, default=str
+        )
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
     def label(self) -> str:
@@ -186,8 +201,19 @@ class RunSpec:
             seed=self.seed,
             method_params=self.method_params,
             task_params=self.task_params,
-            train=dataclasses.asdict(self.train),
+            train=_train_fields(self.train, keyed=False),
         )
+
+
+def _train_fields(train: TrainSettings, *, keyed: bool) -> dict[str, Any]:
+    """``train`` as a dict without the :data:`ROUNDING_ONLY` fields (``keyed``) or without those
+    at their default (otherwise: a default spec's dict and params are what they were before them)."""
+    default = TrainSettings()
+    return {
+        k: v
+        for k, v in dataclasses.asdict(train).items()
+        if k not in ROUNDING_ONLY or (not keyed and v != getattr(default, k))
+    }
 
 
 def resolve_spec(

@@ -422,7 +422,8 @@ def _train(run: _CellRun, policy: _Policy, progress: bool) -> Any:
     """Train the policy with :class:`~mrbench.engine.trainer.MultiRewardGRPOTrainer` (from the
     cell's last training checkpoint when the run was reopened); returns the trainer."""
     import mrbench.methods as methods
-    from mrbench.engine import cpu_logprob
+    from mrbench.engine import cpu_logprob, shared_prefix
+    from mrbench.engine.tiny import TINY_PRESETS
     from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
     cpu_logprob.install()  # TRL's CPU log-prob folds in fewer passes, the same bits (engine.cpu_logprob)
@@ -446,6 +447,10 @@ def _train(run: _CellRun, policy: _Policy, progress: bool) -> Any:
             method_fn=methods.get_method(spec.method).obj,
             method_params=spec.method_params,
             shadow_methods=None,  # compare with every other registered method, at its defaults
+            # Each group's prompt encoded once (engine.shared_prefix); the same numbers up to rounding.
+            shared_prefix=shared_prefix.enabled(
+                spec.train.shared_prefix, spec.model, policy.model, tiny_presets=TINY_PRESETS
+            ),
             **hooks,
         )
         checkpoints = resume.CheckpointWriter(

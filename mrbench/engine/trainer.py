@@ -10,6 +10,10 @@ collaborators that do the work, each of which explains the TRL internal it touch
 - :class:`~mrbench.engine.step_diagnostics.StepDiagnostics`: the per-step ``adv/...`` diagnostics
   and shadow estimators, appended to TRL's ``_metrics``; they only observe.
 - :func:`~mrbench.engine.completion_log.completion_rows`: TRL's completion log (``_logs``) as rows.
+- :mod:`mrbench.engine.shared_prefix` (``shared_prefix=True``): each group's prompt encoded once
+  when scoring (``_get_per_token_logps_and_entropies``, for the policy and the reference model)
+  and when generating on the transformers path (``model.generate``), the cache expanded to its
+  ``G`` completions; the same numbers up to float rounding.
 - :mod:`mrbench.engine.rollout_adapter`: a task's own multi-turn rollout
   (:data:`mrbench.core.rollout.Rollout`) as TRL's ``rollout_func``, handed a
   :class:`~mrbench.core.rollout.RolloutContext` built from the trainer.
@@ -17,6 +21,7 @@ collaborators that do the work, each of which explains the TRL internal it touch
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +29,7 @@ import torch
 from trl import GRPOTrainer
 
 from mrbench.core.rollout import Rollout
+from mrbench.engine import shared_prefix as prefix
 from mrbench.engine.advantage_hook import AdvantageHook
 from mrbench.engine.completion_log import completion_rows
 from mrbench.engine.reward_log import RewardLog
@@ -32,6 +38,8 @@ from mrbench.engine.run_diagnostics import DiagnosticsAccumulator
 from mrbench.engine.step_diagnostics import StepDiagnostics, resolve_shadows
 
 __all__ = ["MultiRewardGRPOTrainer", "resolve_shadows"]
+
+log = logging.getLogger(__name__)
 
 
 class MultiRewardGRPOTrainer(GRPOTrainer):
@@ -42,7 +50,9 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
     generation batches; 1 = always), ``shadow_methods`` (methods compared with ``method_fn`` on
     every diagnosed batch, see :func:`~mrbench.engine.step_diagnostics.resolve_shadows`; None =
     every other registered method, ``()`` = none) and ``rollout`` (a task's multi-turn rollout, run
-    in place of TRL's single-turn generation). All other arguments go to ``GRPOTrainer``.
+    in place of TRL's single-turn generation) and ``shared_prefix`` (encode each group's prompt once
+    when scoring and generating, where the model :func:`~mrbench.engine.shared_prefix.supports` it;
+    False: TRL's own passes). All other arguments go to ``GRPOTrainer``.
 
     ``advantage_hook`` and ``step_diagnostics`` are the collaborators; ``shadow_fns`` holds the
     resolved shadows (name → function, called with default hyper-parameters).
@@ -56,6 +66,7 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         diagnostics_every: int = 1,
         shadow_methods: tuple[str, ...] | None = None,
         rollout: Rollout | None = None,
+        shared_prefix: bool = False,
         **kwargs: Any,
     ) -> None:
         self.advantage_hook = AdvantageHook(method_fn, method_params)
@@ -69,6 +80,13 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
             # A rollout returns no sampling logprobs (``logprobs`` None), so TRL has nothing to
             # correct vLLM's sampling against: train on the episodes as sampled, as without vLLM.
             self.vllm_importance_sampling_correction = False
+        # After TRL's fused LM head (added in its __init__), before accelerate wraps the model.
+        self.shared_prefix = shared_prefix and prefix.install(self.model)
+        if self.shared_prefix and self.ref_model is not None:
+            prefix.install(self.ref_model)
+        if self.use_vllm and getattr(self, "vllm_generation", None) is not None:
+            if prefix.vllm_prefix_caching(self.vllm_generation) is False:
+                log.warning("vLLM's prefix caching is off: each of a prompt's G samples prefills it again")
 
     # ------------------------------------------------------------------ TRL's override points
 
@@ -93,6 +111,19 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
             mode, batch, self._metrics[mode], self.reward_func_names, main_process=acc.is_main_process
         )
         return output
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+    ):  # type: ignore[override]
+        if not self.shared_prefix:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        # input_ids [B, P + C]: prompts (left-padded) then completions; scored as [B, C] by TRL.
+        with prefix.scoring(input_ids.size(1) - logits_to_keep):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
 
     # ------------------------------------------------------------------ what the cell reads
 
