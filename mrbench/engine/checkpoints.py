@@ -37,6 +37,7 @@ from typing import Any
 from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.engine.pretrained import MODEL_MARKER
+from mrbench.store.faults import require_room
 from mrbench.store.local import results_dir
 from mrbench.store.uri import store_uri
 
@@ -188,6 +189,8 @@ def save_policy(trainer: Any, folder: Path, *, task_settings: Mapping[str, Any] 
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(partial, ignore_errors=True)
+    weights = _weight_bytes(trainer)
+    require_room(folder, _with_margin(weights), largest_file=weights, what="the trained policy")
     trainer.save_model(str(partial))
     if task_settings:
         (partial / MODEL_MARKER).write_text(json.dumps({"task_settings": dict(task_settings)}, indent=2))
@@ -198,6 +201,43 @@ def save_policy(trainer: Any, folder: Path, *, task_settings: Mapping[str, Any] 
     partial.rename(folder)
     shutil.rmtree(old, ignore_errors=True)
     return folder
+
+
+def require_room_for_checkpoint(trainer: Any, folder: Path) -> None:
+    """:class:`~mrbench.store.faults.OutOfRoom` before ``trainer`` writes a training checkpoint into
+    the cell folder ``folder`` if it would not fit on the disk (the previous one stays until the
+    new one is complete, so both must fit) or its largest file would pass ``ulimit -f``.
+
+    Its size: the largest ``checkpoint-<step>`` already in ``folder``; for the first one, the
+    weights as stored plus the optimizer's state (Adam: two float32 tensors per trained
+    parameter, read from the optimizer), plus a tenth and 1 MiB for the tokenizer and the rest.
+    """
+    weights = _weight_bytes(trainer)
+    state = getattr(getattr(trainer, "optimizer", None), "state", None) or {}
+    optimizer = sum(_tensor_bytes(values.values()) for values in state.values())
+    if not optimizer:  # no step taken yet: Adam's two moments
+        optimizer = 2 * 4 * sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    written = CellFolder(folder).step_checkpoints()
+    need = max((_size(path) for _, path in written), default=0) or _with_margin(weights + optimizer)
+    require_room(folder, need, largest_file=max(weights, optimizer), what="a training checkpoint")
+
+
+def _weight_bytes(trainer: Any) -> int:
+    """The bytes of ``trainer``'s model's parameters as they are stored (0 without a model)."""
+    model = getattr(trainer, "model", None)
+    return _tensor_bytes(model.parameters()) if model is not None else 0
+
+
+def _tensor_bytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if hasattr(t, "element_size"))
+
+
+def _with_margin(n_bytes: int) -> int:
+    return n_bytes + n_bytes // 10 + 2**20
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def folder_size_mb(folder: Path) -> float:

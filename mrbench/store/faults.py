@@ -6,6 +6,16 @@ the library that hit them raises (``MlflowException: disk I/O error``, SQLAlchem
 was raised from) and says it in words; :func:`describe_fault` makes the one line the command line
 prints for it. The store code (:mod:`mrbench.store.client`, :mod:`mrbench.store.reader`) raises
 :class:`~mrbench.store.client.StoreFault` with these words where it knows the store.
+
+Every writer a cell uses is recognised: an ``OSError`` (``json``, ``shutil``) by its errno,
+sqlite by its error name, safetensors and tokenizers by their text ("No space left on device (os
+error 28)"), and
+torch's zip writer, whose ``RuntimeError`` (``[enforce fail at inline_container.cc:…] unexpected
+pos …``) says no cause at all, by what the file system says then: the file size limit this
+process has, or the free space left where it wrote. A fault that is a lack of room (not a damaged
+database) is :func:`room_fault`: the run it hit ends KILLED, not FAILED, so that its last training
+checkpoint is resumed once there is room (:mod:`mrbench.engine.run_guard`). :func:`require_room`
+checks before a large write (a checkpoint) that it fits, and raises :class:`OutOfRoom` if not.
 """
 
 from __future__ import annotations
@@ -30,7 +40,15 @@ _TEXT_MARKERS = {
     "filetoolarge": _TOO_LARGE,
     "storagefull": _FULL_ERRNOS[errno.ENOSPC],
 }
+# torch.save's zip writer: its error names neither the errno nor the file.
+_TORCH_WRITER = ("inline_container.cc", "pytorchstreamwriter failed")
 _LOW_SPACE_BYTES = 16 * 1024 * 1024
+
+
+class OutOfRoom(OSError):
+    """A write that does not fit: the disk's free space or the file size limit is too small.
+    ``OSError(errno, detail, filename)``: ENOSPC or EFBIG, the sizes in words, and the file or
+    folder that was to be written."""
 
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:
@@ -55,14 +73,23 @@ def _size_limit() -> str:
     return "" if soft == resource.RLIM_INFINITY else f" (ulimit -f: {soft // 1024} KiB)"
 
 
+def _existing(path: Path) -> Path:
+    """``path`` or its nearest folder that exists (what ``shutil.disk_usage`` can ask about)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
 def _io_error_cause(path: Path | None) -> str:
-    """What a sqlite "disk I/O error" most likely is, for the file at ``path``."""
+    """What a write error that names no cause (sqlite's "disk I/O error", torch's writer) most
+    likely is, for the file or folder at ``path``."""
     soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
     if soft != resource.RLIM_INFINITY:
         return _TOO_LARGE + _size_limit()
     if path is not None:
         try:
-            if shutil.disk_usage(path.parent).free < _LOW_SPACE_BYTES:
+            if shutil.disk_usage(_existing(path)).free < _LOW_SPACE_BYTES:
                 return _FULL_ERRNOS[errno.ENOSPC]
         except OSError:
             pass
@@ -95,11 +122,39 @@ def fault_cause(exc: BaseException, path: Path | None = None) -> str | None:
             if cause is not None:
                 return cause
     for current in exception_chain(exc):
-        text = str(current).lower().replace(" ", "") if "Error" in type(current).__name__ else ""
+        name = type(current).__name__  # tokenizers raises a bare Exception
+        text = str(current).lower().replace(" ", "") if "Error" in name or name == "Exception" else ""
         for marker, cause in _TEXT_MARKERS.items():
             if marker.replace(" ", "") in text:
                 return cause + (_size_limit() if cause == _TOO_LARGE else "")
+        if any(marker.replace(" ", "") in text for marker in _TORCH_WRITER):
+            return _io_error_cause(path)
     return None
+
+
+def room_fault(exc: BaseException, path: Path | None = None) -> str | None:
+    """:func:`fault_cause` when it is a lack of room (a full disk, a quota, the file size limit, or a
+    write error that may be one), None otherwise (no fault, or a damaged database)."""
+    cause = fault_cause(exc, path)
+    return None if cause is None or is_damage(cause) else cause
+
+
+def require_room(path: Path, need_bytes: int, *, largest_file: int = 0, what: str = "the write") -> None:
+    """:class:`OutOfRoom` unless ``need_bytes`` fit in the free space of the disk that holds
+    ``path`` (a file or folder, which may not exist yet) and a file of ``largest_file`` bytes fits
+    under this process's file size limit (``ulimit -f``); ``what`` names the write in the message."""
+    free = shutil.disk_usage(_existing(path)).free
+    if need_bytes > free:
+        detail = f"{what} needs about {_mb(need_bytes)} and the disk has {_mb(free)} free"
+        raise OutOfRoom(errno.ENOSPC, detail, str(path))
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY and largest_file > soft:
+        detail = f"{what} writes a file of about {_mb(largest_file)}, over the limit of {_mb(soft)}"
+        raise OutOfRoom(errno.EFBIG, detail, str(path))
+
+
+def _mb(n_bytes: int) -> str:
+    return f"{n_bytes / 1e6:.1f} MB"
 
 
 def is_damage(cause: str) -> bool:
@@ -135,6 +190,9 @@ def describe_fault(exc: BaseException, store_uri: str | None = None) -> str | No
     cause = fault_cause(exc, Path(filename) if filename else db)
     if cause is None:
         return None
+    room = next((e for e in exception_chain(exc) if isinstance(e, OutOfRoom)), None)
+    if room is not None and room.strerror:
+        cause = f"{cause} ({room.strerror})"
     if filename is not None:
         return f"cannot write {filename}: {cause}; make room (or lift the limit) and run the command again"
     if store_uri is not None and any(isinstance(e, sqlite3.Error) for e in exception_chain(exc)):

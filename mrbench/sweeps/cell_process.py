@@ -95,6 +95,14 @@ def check_processes_per_cell(cells: list[Cell], processes: int, distributed: str
                 raise UserError(f"cell {cell.label}: {exc}") from None
 
 
+def failure_status(exc: Exception) -> str:
+    """How a cell that raised ``exc`` ended: KILLED when a write found no room (its run ended KILLED
+    and resumes from its last checkpoint, :mod:`mrbench.engine.run_guard`), else FAILED."""
+    from mrbench.store.faults import OutOfRoom
+
+    return "KILLED" if isinstance(exc, OutOfRoom) else "FAILED"
+
+
 def cell_payload(
     cell: Cell, ctx: CellContext, fn_path: str, threads: int, result: Path | None
 ) -> dict[str, Any]:
@@ -162,7 +170,7 @@ def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         traceback.print_exc()  # into the cell's log file
         return {
-            "status": "FAILED",
+            "status": failure_status(exc),
             "run_id": None,
             "wall_s": time.perf_counter() - started,
             "error": f"{type(exc).__name__}: {exc}"[:2000],

@@ -3,6 +3,7 @@ name the store and the cause, within the retry budget, never a hang and never a 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -10,7 +11,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,106 @@ def test_the_sweeps_own_client_honours_the_sweeps_retry_bound(tmp_path, new_stor
     store = _open_store(spec, uri, SweepOutcome("bound", Grid([])))
     assert isinstance(store.client, RetryingClient) and store.client.retry_s == 7
     assert store.client.get_experiment(store.experiment_id).name == "bound"
+
+
+# ------------------------------------------------------------------ no room, from every writer a cell uses
+
+_WRITE_EVERYTHING = """
+import json, os, resource, sqlite3, sys
+from pathlib import Path
+import torch
+from safetensors.torch import save_file
+from mrbench.store.faults import room_fault
+
+folder, limit = Path(sys.argv[1]), int(sys.argv[2])
+if limit:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+big = torch.zeros(2_000_000)  # 8 MB
+
+
+def sqlite_rows():
+    db = sqlite3.connect(folder / "s.db")
+    db.execute("create table t (x blob)")
+    for _ in range(1000):
+        db.execute("insert into t values (?)", (os.urandom(64 * 1024),))
+        db.commit()
+
+
+writers = {
+    "torch": lambda: torch.save({"t": big}, folder / "optimizer.pt"),
+    "safetensors": lambda: save_file({"t": big}, str(folder / "model.safetensors")),
+    "json": lambda: (folder / "c.json").write_text(json.dumps(list(range(2_000_000)))),
+    "sqlite": sqlite_rows,
+}
+found = {}
+for name, write in writers.items():
+    try:
+        write()
+    except Exception as exc:
+        found[name] = room_fault(exc, folder)
+    else:
+        found[name] = "no error"
+    for path in folder.iterdir():
+        path.unlink()
+print(json.dumps(found))
+"""
+
+
+def _write_everything(folder: Path, limit: int = 0) -> dict[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _WRITE_EVERYTHING, str(folder), str(limit)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_file_size_limit_is_recognised_from_every_writer(tmp_path) -> None:
+    # Python ignores SIGXFSZ, so a write past `ulimit -f` is EFBIG; torch's writer says only
+    # "[enforce fail at inline_container.cc:…] unexpected pos …".
+    found = _write_everything(tmp_path, limit=1_000_000)
+    assert set(found) == {"torch", "safetensors", "json", "sqlite"}
+    for writer, cause in found.items():
+        assert cause == "the file size limit is reached (ulimit -f: 976 KiB)", (writer, cause)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB tmpfs (root only: skipped otherwise), unmounted after the test."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_full_disk_is_recognised_from_every_writer(small_disk: Path) -> None:
+    found = _write_everything(small_disk)
+    assert found == dict.fromkeys(("torch", "safetensors", "json", "sqlite"), "the disk is full"), found
+
+
+def test_require_room_refuses_a_write_that_does_not_fit_naming_the_sizes(tmp_path) -> None:
+    import shutil
+
+    from mrbench.store.faults import OutOfRoom, describe_fault, require_room
+
+    free = shutil.disk_usage(tmp_path).free
+    target = tmp_path / "not" / "yet" / "there"
+    require_room(target, 1000, what="a checkpoint")  # fits
+    with pytest.raises(OutOfRoom) as err:
+        require_room(target, free + 10**9, what="a checkpoint")
+    line = describe_fault(err.value)
+    assert line is not None and line.startswith(
+        f"cannot write {target}: the disk is full (a checkpoint needs"
+    )
+    assert "\n" not in line

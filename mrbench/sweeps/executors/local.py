@@ -11,6 +11,7 @@ the cell to ``<log_dir>/<cell>-<run key>.log`` (with ``--verbose``, to the sweep
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -24,15 +25,22 @@ from typing import Any
 
 from rich.markup import escape
 
+from mrbench.core import layout
 from mrbench.engine.console import verbose
 from mrbench.engine.devices import pin_for_cell
 from mrbench.engine.threads import thread_env, threads_for
+from mrbench.engine.tracking import end_run_quietly
+from mrbench.store.claims import is_alive
+from mrbench.store.client import RetryingClient, TrackingUnavailable
 from mrbench.sweeps import cell_server
 from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
-from mrbench.sweeps.cell_process import EXIT_FINISHED, EXIT_KILLED, cell_payload
+from mrbench.sweeps.cell_process import EXIT_FINISHED, EXIT_KILLED, cell_payload, failure_status
 from mrbench.sweeps.cell_server import CellServer, ServerCell
 from mrbench.sweeps.progress import SweepProgress
+from mrbench.sweeps.resume import search_all
 from mrbench.sweeps.schedule import LongestFirst
+
+log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 30.0  # how long a stopped worker may take to end its run KILLED before SIGKILL
 Worker = subprocess.Popen[bytes] | ServerCell
@@ -63,7 +71,7 @@ def run_sequential(cells: list[Cell], ctx: CellContext, progress: SweepProgress)
         except KeyboardInterrupt:
             raise
         except Exception as exc:
-            outcome = CellOutcome(cell, "FAILED", None, time.perf_counter() - t0, error_text(exc))
+            outcome = CellOutcome(cell, failure_status(exc), None, time.perf_counter() - t0, error_text(exc))
         else:
             outcome = CellOutcome(
                 cell,
@@ -93,8 +101,10 @@ def run_processes(
     mrbench.sweeps.cell_process`` without one, with the threads of
     :func:`mrbench.engine.threads.threads_for` (one for a tiny model, else ``cores // workers``);
     output goes to ``<log_dir>/<cell>-<run key>.log``. A cell is claimed just before its process
-    starts (one held by another invocation is yielded SKIPPED). On KeyboardInterrupt every running
-    child gets one SIGINT (its cell ends KILLED), then SIGKILL after 30 s."""
+    starts (one held by another invocation is yielded SKIPPED). A worker that dies without a word
+    (SIGKILL: KILLED; a crash: FAILED) has the run it left RUNNING ended so at once
+    (:func:`end_dead_cell_runs`). On KeyboardInterrupt every running child gets one SIGINT (its
+    cell ends KILLED), then SIGKILL after 30 s."""
     fn_path = callable_path(ctx.cell_fn)
     env = os.environ.copy()
     env["TOKENIZERS_PARALLELISM"] = "false"
@@ -132,6 +142,8 @@ def run_processes(
                     )
                     if isinstance(proc, ServerCell) and proc.lost and outcome.status != "FINISHED":
                         outcome.error = f"{outcome.error} (its cell server died)"
+                    if not result.exists():  # it died without a word: its run may still say RUNNING
+                        end_dead_cell_runs(ctx, outcome)
                     if outcome.status == "FINISHED":
                         order.finished(cell, outcome.wall_s)
                     progress.finish(outcome)
@@ -227,6 +239,12 @@ def _stop_children(procs: list[Worker], grace_s: float = STOP_GRACE_S) -> None:
             proc.wait()
 
 
+# Signals that stop a worker from outside (a user's or the OOM killer's SIGKILL, a scheduler's
+# SIGTERM, SIGXFSZ past `ulimit -f`; SIGINT before its handler was installed): its cell is KILLED and
+# resumes from its last checkpoint, where a crash (SIGSEGV, a nonzero exit) is FAILED.
+_STOPPING = (signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGXFSZ)
+
+
 def _process_outcome(cell: Cell, code: int, result: Path, wall_s: float, log: str) -> CellOutcome:
     """The outcome a worker wrote to ``result``, or, if it wrote none, the one its exit code tells."""
     data: dict[str, Any] = {}
@@ -235,10 +253,38 @@ def _process_outcome(cell: Cell, code: int, result: Path, wall_s: float, log: st
             data = json.loads(result.read_text())
         except json.JSONDecodeError:
             data = {}
-    # -SIGINT: the worker died of the signal itself, before its handler was installed.
-    by_code = {EXIT_FINISHED: "FINISHED", EXIT_KILLED: "KILLED", -signal.SIGINT: "KILLED"}
+    by_code = {EXIT_FINISHED: "FINISHED", EXIT_KILLED: "KILLED"} | {-int(s): "KILLED" for s in _STOPPING}
     status = data.get("status") or by_code.get(code, "FAILED")
     error = data.get("error")
     if status != "FINISHED" and not error:
-        error = f"worker exited with code {code}; see {log}"
+        signame = f" ({signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals() else ""
+        error = f"worker exited with code {code}{signame}; see {log}"
     return CellOutcome(cell, status, data.get("run_id"), wall_s, error)
+
+
+def end_dead_cell_runs(ctx: CellContext, outcome: CellOutcome, retry_s: float = 10.0) -> list[str]:
+    """End with ``outcome``'s status and error the runs of its cell that a worker which died without
+    ending them (SIGKILL, the OOM killer, a crash) left RUNNING; return their ids.
+
+    At once, as the sweep sees the worker's exit, so that the store does not show the cell running
+    after the sweep is over. Only this invocation's runs of the cell (children of its parent run;
+    none without one) whose process is gone (:func:`mrbench.store.claims.is_alive`): a multi-process
+    cell's ranks that still run keep theirs. A store that does not answer within ``retry_s`` leaves
+    them RUNNING, with a warning; the next invocation of the sweep ends them KILLED.
+    """
+    if ctx.parent_run_id is None or outcome.status == "FINISHED":
+        return []
+    key_tag = layout.tag(layout.RUN_KEY)
+    query = f"attributes.status = 'RUNNING' and tags.`{key_tag}` = '{outcome.cell.key}'"
+    client = RetryingClient(ctx.tracking_uri, retry_s)
+    ended = []
+    try:
+        experiment = client.get_experiment_by_name(ctx.experiment)
+        runs = search_all(client, experiment.experiment_id, query) if experiment is not None else []
+        for run in runs:
+            if run.data.tags.get(layout.PARENT_RUN_TAG) == ctx.parent_run_id and not is_alive(run):
+                end_run_quietly(client, run.info.run_id, outcome.status, error=outcome.error, retry_s=retry_s)
+                ended.append(run.info.run_id)
+    except TrackingUnavailable as exc:
+        log.warning("%s; the runs of cell %s that its worker left RUNNING stay so", exc, outcome.cell.label)
+    return ended
