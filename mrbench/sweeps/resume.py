@@ -2,7 +2,9 @@
 
 A cell whose run key has a FINISHED run is done and skipped. RUNNING runs left by a dead
 invocation (kill -9, power loss) are marked KILLED, so the MLflow UI is truthful, and their
-cells, like FAILED and KILLED ones, run again: a KILLED one with a training checkpoint goes on in
+cells, like FAILED and KILLED ones, run again (a RUNNING run whose own process is alive, by its
+``host``, ``pid`` and ``heartbeat`` tags, is not stale: a ``mrbench run`` of the cell, say; its cell
+is "held by" that process): a KILLED one with a training checkpoint goes on in
 the same run from that checkpoint (the cell function decides, :mod:`mrbench.engine.resume`; the
 state printed here says "resume from step N"). The runs of another invocation of the same sweep
 that is still alive (:mod:`mrbench.sweeps.liveness`) are left alone: the two share the cells,
@@ -16,6 +18,7 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.engine.resume import resumable_step
+from mrbench.store.claims import describe
 from mrbench.store.uri import missing_sqlite_store
 from mrbench.sweeps.cell import Cell
 from mrbench.sweeps.liveness import Invocation, is_alive, is_sweep_run
@@ -48,17 +51,22 @@ class Resume:
 
 def resume_states(client: Any, experiment_id: str, cells: list[Cell], *, mark_stale: bool) -> Resume:
     """Resume state per run key, the other live invocations of the sweep, and (with ``mark_stale``)
-    how many RUNNING runs of dead invocations were marked KILLED."""
+    how many RUNNING runs of dead invocations, whose own process is gone too, were marked KILLED."""
     runs = search_all(client, experiment_id)
     live = {run.info.run_id: Invocation.from_run(run) for run in runs if is_sweep_run(run) and is_alive(run)}
     finished: set[str] = set()
     last: dict[str, str] = {}
     last_id: dict[str, str] = {}
+    running: dict[str, str] = {}  # run key -> the live process that runs it outside any invocation
     stale = 0
     for run in sorted(runs, key=lambda r: r.info.start_time or 0):
         status = run.info.status
         owner = run.info.run_id if is_sweep_run(run) else run.data.tags.get(layout.PARENT_RUN_TAG)
-        if status == "RUNNING" and mark_stale and owner not in live:
+        running_alone = status == "RUNNING" and owner not in live
+        # A run whose own process runs it (a `mrbench run` of the cell, or a live worker whose
+        # invocation died) is never ended under it: its cell is held by that process.
+        own_process = running_alone and is_alive(run)
+        if running_alone and not own_process and mark_stale:
             # Left by an invocation that died (kill -9, power loss): no process will ever end it.
             client.set_terminated(run.info.run_id, "KILLED")
             stale += 1
@@ -66,16 +74,18 @@ def resume_states(client: Any, experiment_id: str, cells: list[Cell], *, mark_st
         key = layout.read_tag(run.data.tags, layout.RUN_KEY)
         if not key:
             continue
+        if own_process:
+            running[key] = describe(run)
         last[key], last_id[key] = status, run.info.run_id
         if status == "FINISHED":
             finished.add(key)
-    holders = {key: inv for inv in live.values() for key in inv.claims}
+    holders = {key: inv.describe() for inv in live.values() for key in inv.claims} | running
     states = {}
     for cell in cells:
         if cell.key in finished:
             states[cell.key] = "done"
         elif cell.key in holders:
-            states[cell.key] = f"held by {holders[cell.key].describe()}"
+            states[cell.key] = f"held by {holders[cell.key]}"
         elif cell.key in last:
             step = resumable_step(cell.key, last_id[cell.key]) if last[cell.key] != "FAILED" else None
             states[cell.key] = f"re-run ({last[cell.key]})" if step is None else f"resume from step {step}"
