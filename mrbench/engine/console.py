@@ -12,7 +12,10 @@ when the outermost capture began. With ``--verbose`` (``$MRBENCH_VERBOSE``) the 
 is also copied there as it comes.
 
 :func:`command_log_path` names the log of a command that runs no cell (``mrbench eval``, ``mrbench
-ui``'s server), under ``<results>/logs``.
+ui``'s server), under ``<results>/logs``, which keeps the newest 100 of them (``$MRBENCH_KEEP_LOGS``;
+0 keeps all) and every one younger than a day: older ones are deleted as a new one starts
+(:func:`prune_command_logs`). ``mrbench eval``'s log is also attached to its run, as
+:data:`mrbench.core.layout.EVAL_LOG_ARTIFACT` (:func:`attach_command_log`).
 
 :func:`cell_output` is a cell's capture (:func:`mrbench.engine.runner.run_cell`): the log is
 ``<results>/checkpoints/<run key>/cell.log`` (:func:`cell_log_path`), the progress of the cell's
@@ -27,7 +30,9 @@ import contextlib
 import io
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -45,6 +50,9 @@ VERBOSE_ENV = "MRBENCH_VERBOSE"
 CELL_LOG_NAME = layout.CELL_LOG_ARTIFACT.rpartition("/")[2]  # cell.log
 UPLOAD_RETRY_S = 10.0  # the log is worth a short wait for the store, not the cell's full retry bound
 LOGS_DIR = "logs"  # <results>/logs: the logs of commands that run no cell (command_log_path)
+KEEP_LOGS_ENV = "MRBENCH_KEEP_LOGS"
+KEEP_LOGS = 100  # command logs kept in <results>/logs (prune_command_logs)
+KEEP_LOGS_MIN_AGE_S = 24 * 3600.0  # a command log younger than this is never pruned
 TEE_JOIN_S = 2.0  # a child process that keeps the pipe open must not hang the end of a capture
 
 
@@ -60,27 +68,75 @@ def set_verbose() -> None:
 
 def command_log_path(command: str) -> Path:
     """``<results>/logs/<command>-<time>-<pid>.log``: where the library output of a command that
-    runs no cell goes (``mrbench eval``, the server of ``mrbench ui``); the folder is created,
-    :class:`OSError` or :class:`~mrbench.core.errors.UserError` when it cannot be."""
+    runs no cell goes (``mrbench eval``, the server of ``mrbench ui``); the folder is created and
+    its oldest command logs pruned (:func:`prune_command_logs`), :class:`OSError` or
+    :class:`~mrbench.core.errors.UserError` when it cannot be."""
     from mrbench.store.local import results_dir
 
     folder = results_dir() / LOGS_DIR
     folder.mkdir(parents=True, exist_ok=True)
+    prune_command_logs(folder)
     return folder / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
 
-@contextlib.contextmanager
-def command_output(command: str) -> Iterator[Path | None]:
-    """:func:`capture_output` into :func:`command_log_path` (``command``) for the block; yields the
-    log, or None when the results folder cannot hold it (then the output stays on the terminal)."""
+def kept_command_logs() -> int:
+    """How many command logs ``<results>/logs`` keeps: ``$MRBENCH_KEEP_LOGS``, else 100."""
     from mrbench.core.errors import UserError
 
+    text = os.environ.get(KEEP_LOGS_ENV, "").strip() or str(KEEP_LOGS)
+    if not text.isdigit():
+        raise UserError(f"${KEEP_LOGS_ENV} {text!r}: expected a number of logs to keep (0: keep every log)")
+    return int(text)
+
+
+def prune_command_logs(folder: Path, *, now: float | None = None) -> list[Path]:
+    """Delete the oldest command logs (``*.log`` directly in ``folder``, by modification time) past
+    the newest :func:`kept_command_logs`, except those written in the last :data:`KEEP_LOGS_MIN_AGE_S`
+    (a command may still be writing one); return the deleted ones. A sweep's logs, in a folder of
+    their own (one file per cell, replaced when the cell runs again), are not touched."""
+    keep = kept_command_logs()
+    if not keep:
+        return []
+    now = time.time() if now is None else now
+    logs = []
+    for path in folder.glob("*.log"):
+        with contextlib.suppress(OSError):
+            if path.is_file():
+                logs.append((path.stat().st_mtime, path))
+    deleted = []
+    for mtime, path in sorted(logs, reverse=True)[keep:]:
+        if now - mtime > KEEP_LOGS_MIN_AGE_S:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                deleted.append(path)
+    return deleted
+
+
+@contextlib.contextmanager
+def command_output(command: str, artifact: str | None = None) -> Iterator[Path | None]:
+    """:func:`capture_output` into :func:`command_log_path` (``command``) for the block; yields the
+    log, or None when the results folder cannot hold it (then the output stays on the terminal).
+    ``artifact``: the log's artifact path in the run that :func:`attach_command_log` names during
+    the block (``mrbench eval``'s run), where it is sent when the block ends, however it ends."""
+    from mrbench.core.errors import UserError
+
+    kept_command_logs()  # a bad $MRBENCH_KEEP_LOGS is the user's to fix, not a reason for no log
     with contextlib.ExitStack() as stack:
         try:
             path: Path | None = stack.enter_context(capture_output(command_log_path(command)))
         except (OSError, UserError):
             path = None
-        yield path
+        out = CellOutput(path, artifact=artifact) if path is not None and artifact else None
+        if out is not None:
+            _commands.append(out)
+        try:
+            yield path
+        finally:
+            if out is not None:
+                _commands.remove(out)
+                stack.close()  # the capture ends first: the whole log goes
+                if out.run is not None:
+                    _upload(out)
 
 
 def cell_log_path(run_key: str) -> Path:
@@ -254,10 +310,12 @@ class _OwnWarnings(logging.Handler):
 
 @dataclass
 class CellOutput:
-    """A cell's capture: its log file, and the run the log is attached to when the cell ends."""
+    """A cell's (or a command's) capture: its log file, the run the log is attached to when the
+    capture ends, and its artifact path there."""
 
     log_path: Path
     run: tuple[Any, str] | None = field(default=None)
+    artifact: str = layout.CELL_LOG_ARTIFACT
 
     def attach(self, client: Any, run_id: str) -> None:
         """Attach the log to ``run_id`` (through ``client``, a :class:`RetryingClient`) at the end."""
@@ -265,12 +323,20 @@ class CellOutput:
 
 
 _cells: list[CellOutput] = []
+_commands: list[CellOutput] = []
 
 
 def attach_log(client: Any, run_id: str) -> None:
     """Attach the log of the cell running here (if any) to its run ``run_id`` when the cell ends."""
     if _cells:
         _cells[-1].attach(client, run_id)
+
+
+def attach_command_log(client: Any, run_id: str) -> None:
+    """Attach the log of the command running here (:func:`command_output` with an ``artifact``),
+    if any, to its run ``run_id`` when the command's capture ends."""
+    if _commands:
+        _commands[-1].attach(client, run_id)
 
 
 @contextlib.contextmanager
@@ -302,8 +368,12 @@ def cell_output(folder: Path) -> Iterator[CellOutput]:
 def _upload(out: CellOutput) -> None:
     """Attach the log to its run; a store that does not answer leaves it on disk, with a warning."""
     client, run_id = out.run  # type: ignore[misc]
-    folder = layout.CELL_LOG_ARTIFACT.rpartition("/")[0] or None
+    folder, _, name = out.artifact.rpartition("/")
     try:
-        client.bounded(UPLOAD_RETRY_S).log_artifact(run_id, str(out.log_path), artifact_path=folder)
+        with tempfile.TemporaryDirectory(prefix="mrbench-log-") as tmp:
+            path = out.log_path
+            if name != path.name:  # the artifact's own name (eval.log), not the file's
+                path = Path(shutil.copyfile(path, Path(tmp) / name))
+            client.bounded(UPLOAD_RETRY_S).log_artifact(run_id, str(path), artifact_path=folder or None)
     except Exception as exc:
         log.warning("run %s: its log stays in %s only (%s)", run_id, out.log_path, exc)

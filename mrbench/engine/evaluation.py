@@ -70,6 +70,7 @@ from mrbench.core import layout
 from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.core.provenance import git_sha
+from mrbench.engine import console
 from mrbench.engine.allocator import keep_freed_blocks
 from mrbench.engine.config import TrainSettings
 from mrbench.engine.run_guard import ends_run_on_error
@@ -400,6 +401,7 @@ def run_eval(
         precision = spec.precision or source.precision or DEFAULT_PRECISION
         loaded = _load_evaluated_model(spec, source, settings)
         run_id = _start_run(client, experiment, task_name, task, source, dataset)
+        console.attach_command_log(client, run_id)  # `mrbench eval`'s log goes to its run at the end
         n_sampled = int(settings.get(SAMPLES_SETTING, 1))
         params = layout.eval_params(
             task=task_name,

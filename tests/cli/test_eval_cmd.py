@@ -166,6 +166,15 @@ def test_eval_prints_its_own_lines_and_logs_the_libraries_output(
     log = Path(named)
     assert log.parent == tmp_path / "results" / "logs" and log.is_file(), proc.stdout
     assert all(n in log.read_text() for n in EVAL_NOISE), log.read_text()[-3000:]
+    # ... and the log goes to the evaluation's run, as a cell's does
+    from mlflow.tracking import MlflowClient
+
+    from mrbench.core import layout
+
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name(layout.EVAL_EXPERIMENT).experiment_id])
+    attached = client.download_artifacts(run.info.run_id, layout.EVAL_LOG_ARTIFACT, str(tmp_path / "got"))
+    assert Path(attached).read_text() == log.read_text()
 
     proc = _eval_cli(micro_model_dir, tmp_path, uri, "--verbose")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]

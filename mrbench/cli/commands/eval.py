@@ -146,7 +146,7 @@ def run_logged(
         console.set_verbose()
     log_path = None
     try:
-        with console.command_output("eval") as log_path:
+        with console.command_output("eval", artifact=layout.EVAL_LOG_ARTIFACT) as log_path:
             return run_eval(spec, tracking_uri=tracking_uri, experiment=experiment), log_path
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (mrbench.core.interrupts)
         typer.echo(
