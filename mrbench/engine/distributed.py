@@ -40,6 +40,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
@@ -297,6 +299,7 @@ def launch_cell(
                     "cell_fn": cell_fn,
                     "kwargs": kwargs,
                     "result": str(result),
+                    "launcher_pid": os.getpid(),  # the ranks stop when it dies (_stop_with_launcher)
                 }
             )
         )
@@ -353,6 +356,36 @@ def _jsonable_result(result: Any) -> dict[str, Any]:
     return dict(getattr(result, "__dict__", {}))
 
 
+def _launcher_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not one that ended and waits for its parent to reap it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: the signal test above is all there is
+
+
+def _stop_with_launcher(pid: int, every_s: float = 0.5) -> None:
+    """Stop this rank as on Ctrl-C (its run ends KILLED) when its launcher ``pid`` is gone, and end it
+    :data:`STOP_GRACE_S` later if that hangs: a launcher killed with SIGKILL (``mrbench run``, a
+    sweep's worker) must not leave ranks training as orphans, and ``accelerate launch`` between the
+    two, in a session of its own, would not stop them. Watched from a daemon thread."""
+
+    def watch() -> None:
+        while _launcher_alive(pid):
+            time.sleep(every_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STOP_GRACE_S)
+        os._exit(130)
+
+    threading.Thread(target=watch, daemon=True, name="launcher-watch").start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """One rank: ``python -m mrbench.engine.distributed PAYLOAD.json`` (started by :func:`launch_cell`).
 
@@ -369,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m mrbench.engine.distributed PAYLOAD.json", file=sys.stderr)
         return 2
     payload = json.loads(Path(args[0]).read_text())
+    if payload.get("launcher_pid"):
+        _stop_with_launcher(int(payload["launcher_pid"]))
     adapt_accelerate()  # FSDP on a CPU, gradients reduced in float32 (mrbench.engine.sharding)
     written: dict[str, Any] | None = None
     code = 0

@@ -1,0 +1,94 @@
+"""A multi-process cell's launcher killed with SIGKILL (``mrbench run --processes-per-cell 2``, a
+sweep's worker) leaves no rank training as an orphan: each rank stops as on Ctrl-C (its run would
+end KILLED) within seconds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class SleepySpec:
+    """What the launcher reads of a spec."""
+
+    name: str
+    train: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.train = type("Train", (), {"prompts_per_step": 2})()
+
+    def run_key(self) -> str:
+        return f"sleepy-{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SleepySpec:
+        return cls(**data)
+
+
+def sleepy_cell(spec: SleepySpec, *, record: str) -> None:
+    """Every rank: write its pid, then "train" for two minutes; say so if it is stopped."""
+    rank = os.environ.get("RANK", "0")
+    (Path(record) / f"{rank}.pid").write_text(str(os.getpid()))
+    try:
+        time.sleep(120)
+    except KeyboardInterrupt:
+        (Path(record) / f"{rank}.end").write_text("interrupted")
+        raise
+
+
+LAUNCHER = """
+import sys
+from mrbench.engine.distributed import launch_cell
+from test_launcher_death import SleepySpec
+launch_cell(SleepySpec("x"), processes=2, cell_fn="test_launcher_death:sleepy_cell", record=sys.argv[1])
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow  # accelerate launch and two ranks: ~15 s on a loaded 2-core machine
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from /proc (Linux)")
+def test_ranks_stop_when_their_launcher_is_killed(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    record.mkdir()
+    env = {**os.environ, "MRBENCH_RESULTS": str(tmp_path / "results"), "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(record)], env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(record.glob("*.pid"))) < 2:
+            assert launcher.poll() is None and time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.1)
+        ranks = [int(p.read_text()) for p in record.glob("*.pid")]
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [pid for pid in ranks if _alive(pid)]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, "ranks still train after their launcher died"
+        assert sorted(p.read_text() for p in record.glob("*.end")) == ["interrupted", "interrupted"]
+    finally:
+        launcher.kill()
