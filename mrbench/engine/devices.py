@@ -10,7 +10,12 @@ exactly the GPUs it uses through ``CUDA_VISIBLE_DEVICES``, set before CUDA start
   visible ones for a cell of ``n`` processes (:func:`gpus_for_slot`; slots share GPUs round-robin
   when there are fewer GPUs than slots × n);
 - ``mrbench run`` keeps the first ``n`` visible GPUs (:func:`pin_for_cell`);
-- Ray gives each task its own ``CUDA_VISIBLE_DEVICES`` from ``gpus_per_cell`` already.
+- Ray gives each task its own ``CUDA_VISIBLE_DEVICES`` from the GPUs it reserved: ``gpus_per_cell``,
+  and at least one per process for a cell of several processes that uses GPUs (:func:`ray_gpus`).
+
+A cell of ``n`` processes on a machine that shows GPUs needs ``n`` of them, one per process
+(accelerate gives rank ``r`` GPU ``r``; fewer GPUs fail there with "invalid device ordinal"):
+:func:`check_gpus_for_processes` refuses fewer before anything runs.
 
 On a machine without NVIDIA GPUs all of this is a no-op. The GPUs are counted without starting
 CUDA (the driver's ``/proc`` entries), which would freeze the set this process sees.
@@ -21,6 +26,8 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 from pathlib import Path
+
+from mrbench.core.errors import UserError
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 _DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
@@ -47,9 +54,12 @@ def gpus_for_slot(gpus: list[str], slot: int, per_cell: int = 1) -> str | None:
     ('1', '2,3')
     >>> gpus_for_slot(["4", "5"], 3), gpus_for_slot([], 0)
     ('5', None)
+
+    Fewer GPUs than ``per_cell``: :class:`UserError` (:func:`check_gpus_for_processes`).
     """
     if not gpus:
         return None
+    check_gpus_for_processes(per_cell, gpus)
     groups = max(1, len(gpus) // per_cell)
     start = (slot % groups) * per_cell
     return ",".join(gpus[start : start + per_cell] or gpus[:per_cell])
@@ -62,3 +72,28 @@ def pin_for_cell(env: MutableMapping[str, str] | None = None, *, slot: int = 0, 
     chosen = gpus_for_slot(visible_gpus(env), slot, per_cell)
     if chosen is not None:
         env[VISIBLE] = chosen
+
+
+def check_gpus_for_processes(processes: int, gpus: list[str] | None = None) -> None:
+    """:class:`UserError` when a cell of ``processes`` processes would run here on fewer GPUs than
+    processes: ``gpus`` (default: :func:`visible_gpus`) is not empty (a machine without GPUs runs
+    its processes on the CPU) and shorter than ``processes``."""
+    gpus = visible_gpus() if gpus is None else gpus
+    if gpus and len(gpus) < processes:
+        raise UserError(
+            f"{processes} processes per cell need {processes} GPUs (one each), but {len(gpus)} "
+            f"{'is' if len(gpus) == 1 else 'are'} visible here ({VISIBLE}={','.join(gpus)}): give "
+            f"--processes-per-cell {len(gpus)} or fewer, or run where {processes} GPUs are visible"
+        )
+
+
+def ray_gpus(gpus_per_cell: float, processes: int) -> float:
+    """The GPUs a Ray task of a cell asks for: ``gpus_per_cell``, raised to one per process for a
+    cell of several processes that uses GPUs (each rank takes a GPU of the task's own).
+
+    >>> ray_gpus(1.0, 4), ray_gpus(0.5, 1), ray_gpus(0.0, 4), ray_gpus(8.0, 4)
+    (4.0, 0.5, 0.0, 8.0)
+    """
+    if gpus_per_cell > 0 and processes > 1:
+        return max(gpus_per_cell, float(processes))
+    return gpus_per_cell

@@ -214,12 +214,19 @@ def preset_config(distributed: str) -> Path:
     return Path(str(resources.files("mrbench.engine") / "accelerate_configs" / f"{distributed}.yaml"))
 
 
-def check_processes(processes: int, distributed: str = "ddp", *, cuda: bool | None = None) -> None:
-    """:class:`UserError` for a process count below 1, an unknown preset, or the GPU-only preset
-    (``zero3``: DeepSpeed) without CUDA (``cuda`` None: ask torch)."""
+def check_processes(
+    processes: int, distributed: str = "ddp", *, cuda: bool | None = None, here: bool = True
+) -> None:
+    """:class:`UserError` for a process count below 1 or an unknown preset and, with ``here`` (the
+    cell runs on this machine), for what this machine lacks: CUDA for the GPU-only preset
+    (``zero3``: DeepSpeed; ``cuda`` None: ask torch), or a GPU per process where it shows GPUs
+    (:func:`~mrbench.engine.devices.check_gpus_for_processes`). A Ray sweep's driver passes
+    ``here=False``: its cells run where Ray places them, and check this there (:func:`launch_cell`)."""
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise UserError(f"--processes-per-cell {processes!r}: expected an integer ≥ 1")
     preset_config(distributed)
+    if not here:
+        return
     if distributed in GPU_ONLY:
         if cuda is None:
             import torch
@@ -230,6 +237,10 @@ def check_processes(processes: int, distributed: str = "ddp", *, cuda: bool | No
                 f"--distributed {distributed} needs CUDA GPUs (DeepSpeed); "
                 "on a CPU use --distributed fsdp or ddp"
             )
+    if processes > 1:
+        from mrbench.engine.devices import check_gpus_for_processes
+
+        check_gpus_for_processes(processes)
 
 
 def free_port() -> int:

@@ -78,14 +78,21 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def check_processes_per_cell(cells: list[Cell], processes: int, distributed: str) -> None:
-    """UserError, before anything runs, when ``processes`` > 1 cannot train ``cells``: a GPU-only
-    preset without CUDA, or a cell whose ``train.prompts_per_step`` the processes cannot share."""
+def check_processes_per_cell(
+    cells: list[Cell], processes: int, distributed: str, *, here: bool = True
+) -> None:
+    """UserError, before anything runs, when ``processes`` > 1 cannot train ``cells``: with ``here``
+    (the cells run on this machine, not on Ray's nodes) a GPU-only preset without CUDA or fewer GPUs
+    than processes (named with the first cell); a cell whose ``train.prompts_per_step`` the
+    processes cannot share."""
     if processes <= 1:
         return
     from mrbench.engine.distributed import check_processes, per_process
 
-    check_processes(processes, distributed)
+    try:
+        check_processes(processes, distributed, here=here)
+    except UserError as exc:
+        raise UserError(f"cell {cells[0].label}: {exc}" if cells else str(exc)) from None
     for cell in cells:
         train = getattr(cell.spec, "train", None)
         if train is not None:

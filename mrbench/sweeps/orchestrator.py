@@ -300,7 +300,8 @@ def _check_cells(spec: SweepSpec, todo: list[Cell], cell_fn: CellFn | None) -> t
     workers = min(spec.workers, max(1, len(todo)))
     if workers > 1 or spec.processes_per_cell > 1 or spec.executor == "ray":
         callable_path(cell_fn)  # workers import it by path
-    check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed)
+    # On Ray the cells check their node's GPUs themselves: this machine may have none (a head node).
+    check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed, here=spec.executor != "ray")
     malloc_setting()  # malformed $MRBENCH_MALLOC or $MRBENCH_CPU_FOLD: the user's to fix, before
     fold_setting()  # any cell reads them
     return cell_fn, workers

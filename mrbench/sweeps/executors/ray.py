@@ -2,10 +2,12 @@
 
 Ray is an optional extra (``pip install 'mrbench[ray]'``) imported only here, on use. Each task
 runs :func:`mrbench.sweeps.cell_process.run_payload` — the same code path as a worker process —
-and asks Ray for ``cpus_per_cell`` CPUs and ``gpus_per_cell`` GPUs. Ray's own rule decides which
-worker process runs it: a cell with GPUs gets a fresh process, so that no GPU memory carries over
-from one cell to the next; CPU-only cells reuse idle workers, as the local executor runs its cells
-one after another in one process, so that only a worker's first cell pays the imports.
+and asks Ray for ``cpus_per_cell`` CPUs and ``gpus_per_cell`` GPUs (at least one per process for
+a cell of several processes that uses GPUs: :func:`mrbench.engine.devices.ray_gpus`). Ray's own
+rule decides which worker process runs it: a cell with GPUs gets a fresh process, so that no GPU
+memory carries over from one cell to the next; CPU-only cells reuse idle workers, as the local
+executor runs its cells one after another in one process, so that only a worker's first cell pays
+the imports.
 
 What a task sees of this process: the cell function and spec class by their ``"module:attr"``
 paths (importable on every node: installed there, or on the ``PYTHONPATH`` given here), and this
@@ -30,6 +32,7 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.engine.devices import ray_gpus
 from mrbench.engine.threads import threads_for
 from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
 from mrbench.sweeps.cell_process import cell_payload, run_payload
@@ -132,6 +135,8 @@ def _run_tasks(
     gpus_per_cell: float,
     cpus_per_cell: float,
 ) -> Iterator[CellOutcome]:
+    # A cell of several processes that uses GPUs gets one per process, whatever gpus_per_cell says.
+    gpus_per_cell = ray_gpus(gpus_per_cell, getattr(ctx, "processes_per_cell", 1))
     options: dict[str, Any] = {
         "num_cpus": cpus_per_cell,
         "num_gpus": gpus_per_cell,
