@@ -22,7 +22,9 @@ from typing import Any
 
 from mrbench.core.errors import UserError
 from mrbench.core.names import is_valid_name
+from mrbench.lab.memory import check_lab
 from mrbench.lab.presets import PRESETS as LAB_PRESETS
+from mrbench.lab.presets import get_scenario
 from mrbench.sweeps.paper import (
     PAPER_DISTRIBUTED,
     PAPER_EVAL,
@@ -409,6 +411,10 @@ def build_sweep_spec(
         check_names(spec, {k for k in file_data if k not in cli}, source)
     elif "name" not in cli:
         spec = replace(spec, name=content_name(spec, _drop_unused(PRESETS[preset_name])))
+    for scenario in spec.lab:  # the lab runs before the report: refused now, before any cell
+        check_lab(
+            get_scenario(scenario), seeds=spec.lab_seeds, methods=len(spec.methods), seeds_option="lab_seeds"
+        )
     return spec
 
 
