@@ -53,10 +53,13 @@ def available_bytes() -> int | None:
         return None
 
 
-def check_lab(scenario: Scenario, *, seeds: int, methods: int, seeds_option: str = "--seeds") -> None:
+def check_lab(
+    scenario: Scenario, *, seeds: int, methods: int, fewer: str = "--seeds, --steps or --methods"
+) -> None:
     """:class:`UserError` before the lab starts when ``scenario``'s name is not a valid name (it
     names an experiment and a folder), a size or its steps are beyond their bounds, or
-    ``seeds`` × steps × ``methods`` would need more memory than this machine has."""
+    ``seeds`` × steps × ``methods`` would need more memory than this machine has (``fewer``: what
+    to give fewer of, as the caller names it)."""
     check_name(scenario.name, "lab scenario name")
     where = f"lab scenario {scenario.name!r}"
     for key in SIZES:
@@ -72,5 +75,5 @@ def check_lab(scenario: Scenario, *, seeds: int, methods: int, seeds_option: str
         raise UserError(
             f"{where}: {seeds} seeds × {scenario.steps} steps × {methods} methods need about "
             f"{need / 2**30:.1f} GiB and this machine has {have / 2**30:.1f} GiB available; "
-            f"use fewer {seeds_option}, steps or methods"
+            f"give fewer {fewer}"
         )

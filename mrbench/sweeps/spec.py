@@ -413,7 +413,10 @@ def build_sweep_spec(
         spec = replace(spec, name=content_name(spec, _drop_unused(PRESETS[preset_name])))
     for scenario in spec.lab:  # the lab runs before the report: refused now, before any cell
         check_lab(
-            get_scenario(scenario), seeds=spec.lab_seeds, methods=len(spec.methods), seeds_option="lab_seeds"
+            get_scenario(scenario),
+            seeds=spec.lab_seeds,
+            methods=len(spec.methods),
+            fewer="lab_seeds or methods (or lab: [])",
         )
     return spec
 

@@ -29,7 +29,8 @@ def test_more_than_the_machine_has_is_refused_naming_the_option(monkeypatch: pyt
     scale = get_scenario("scale")
     memory.check_lab(scale, seeds=50, methods=3)  # the default: well within
     with pytest.raises(
-        UserError, match=r"100000 seeds × 200 steps × 3 methods need about .* use fewer --seeds"
+        UserError,
+        match=r"100000 seeds × 200 steps × 3 methods need about .* give fewer --seeds, --steps or --methods",
     ):
         memory.check_lab(scale, seeds=100_000, methods=3)
 
@@ -50,7 +51,7 @@ def test_a_sweep_whose_lab_would_not_fit_is_refused_before_any_cell(
     monkeypatch.setattr(memory, "available_bytes", lambda: 16 * GiB)
     path = tmp_path / "s.yaml"
     path.write_text("name: s\nlab_seeds: 100000\n")
-    with pytest.raises(UserError, match=r"lab scenario 'scale': 100000 seeds .* use fewer lab_seeds"):
+    with pytest.raises(UserError, match=r"lab scenario 'scale': 100000 seeds .* give fewer lab_seeds"):
         build_sweep_spec(config=path)
     path.write_text("name: s\nlab_seeds: 100000\nlab: []\n")  # no lab: nothing to refuse
     assert build_sweep_spec(config=path).lab_seeds == 100_000
