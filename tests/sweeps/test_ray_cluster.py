@@ -10,7 +10,10 @@ given. Every process of the cluster, its drivers and their sockets are inside th
 Nothing is left behind: the cases stop their Ray by its processes' ids (never ``ray stop``, which
 would stop every Ray on the machine) and check that none is left; then this test kills whatever
 still runs in the namespace (also when the inner run failed or timed out) and fails if there was
-anything. Needs root (``unshare`` and ``ip``); skips, naming what is missing, without.
+anything. If this pytest itself is killed (SIGKILL, where no ``finally`` runs), its reaper
+(:func:`start_reaper`), a small process in a session of its own that waits on a pipe from it,
+sees the pipe close and kills everything in the namespace. Needs root (``unshare`` and ``ip``);
+skips, naming what is missing, without.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -27,6 +31,7 @@ import pytest
 from ray_testing import (
     NETNS_ENV,
     NETNS_IP,
+    alive,
     command_line,
     net_namespace,
     netns_prefix,
@@ -38,6 +43,41 @@ from sweep_testing import REPO
 
 CASES = Path(__file__).with_name("ray_cluster_cases.py")
 INNER_TIMEOUT_S = 480.0
+REAPER = """
+import os, signal, sys, time
+namespace = sys.argv[1]
+if sys.stdin.readline().strip() == "done":  # the test cleaned up itself
+    sys.exit(0)
+# The pipe closed without a word: the process that started this one is dead. Kill what runs in
+# its namespace, a few times over (a process may be starting children as it goes).
+for _ in range(5):
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/net") == namespace:
+                    os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
+    time.sleep(0.5)
+"""
+
+
+def start_reaper(namespace: str) -> subprocess.Popen[bytes]:
+    """A process, in a session of its own, that kills everything in network namespace
+    ``namespace`` once this process dies, however it dies; ``stop_reaper`` it when the namespace
+    was cleaned up here."""
+    return subprocess.Popen(
+        [sys.executable, "-c", REAPER, namespace], stdin=subprocess.PIPE, start_new_session=True
+    )
+
+
+def stop_reaper(reaper: subprocess.Popen[bytes]) -> None:
+    """Tell ``reaper`` that the namespace is cleaned up; it exits without killing anything."""
+    assert reaper.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        reaper.stdin.write(b"done\n")
+        reaper.stdin.close()
+    reaper.wait(timeout=10)
 
 
 def _run_cases_in_a_namespace(marker: str, tmp_path: Path) -> None:
@@ -65,6 +105,7 @@ def _run_cases_in_a_namespace(marker: str, tmp_path: Path) -> None:
             start_new_session=True,
         )
     namespace = None
+    reaper = None
     timed_out = False
     left: dict[int, str] = {}
     try:
@@ -76,6 +117,8 @@ def _run_cases_in_a_namespace(marker: str, tmp_path: Path) -> None:
                 break
             namespace = None
             time.sleep(0.05)
+        if namespace is not None:
+            reaper = start_reaper(namespace)
         try:
             proc.wait(timeout=INNER_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -96,6 +139,8 @@ def _run_cases_in_a_namespace(marker: str, tmp_path: Path) -> None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             assert not wait_gone(set(left), 10.0), f"cannot kill {sorted(left)} in {namespace}"
+        if reaper is not None:
+            stop_reaper(reaper)
     output = log_path.read_text(errors="replace")
     assert not timed_out, f"the cases did not end within {INNER_TIMEOUT_S:g} s:\n{output[-6000:]}"
     assert proc.returncode == 0, output[-6000:]
@@ -113,3 +158,51 @@ def test_two_node_ray_cluster_in_a_network_namespace_of_its_own(tmp_path: Path) 
 def test_ctrl_c_on_a_two_node_ray_cluster_in_a_network_namespace_of_its_own(tmp_path: Path) -> None:
     """The cluster's slow case: Ctrl-C on a cluster sweep."""
     _run_cases_in_a_namespace("slow", tmp_path)
+
+
+def test_a_killed_outer_test_leaves_nothing_in_its_namespace(tmp_path: Path) -> None:
+    """What this module's test does when pytest is SIGKILLed mid-run: its reaper kills what it had
+    started in the namespace (here a `sleep` standing for the inner pytest and its Ray)."""
+    if os.environ.get(NETNS_ENV):
+        pytest.skip("already inside the tests' network namespace")
+    why = netns_unavailable()
+    if why:
+        pytest.skip(f"needs a network namespace of its own: {why}")
+    here = Path(__file__).resolve().parent
+    outer = textwrap.dedent(
+        """
+        import os, subprocess, sys, time
+        from ray_testing import net_namespace, netns_prefix
+        from test_ray_cluster import start_reaper
+
+        own = net_namespace(os.getpid())
+        sleeper = subprocess.Popen([*netns_prefix(), "sleep", "300"], start_new_session=True)
+        while net_namespace(sleeper.pid) in (None, own):
+            time.sleep(0.05)
+        start_reaper(net_namespace(sleeper.pid))
+        print(sleeper.pid, net_namespace(sleeper.pid), flush=True)
+        time.sleep(300)
+        """
+    )
+    env = {
+        **os.environ,
+        # test_ray_cluster imports modules of tests/ too
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(here), str(here.parent), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    proc = subprocess.Popen([sys.executable, "-c", outer], env=env, stdout=subprocess.PIPE, text=True)
+    sleeper = 0
+    try:
+        assert proc.stdout is not None
+        pid_text, namespace = proc.stdout.readline().split()
+        sleeper = int(pid_text)
+        assert alive({sleeper}) and pids_in_namespace(namespace)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert not wait_gone({sleeper}, 10.0), "the namespace's process outlived the killed test"
+        assert not pids_in_namespace(namespace)
+    finally:
+        proc.kill()
+        if sleeper and alive({sleeper}):
+            os.kill(sleeper, signal.SIGKILL)
