@@ -82,7 +82,8 @@ def from_rank0(value: Any) -> Any:
 
     A collective: every rank calls it at the same point. It is called before the trainer exists,
     so it starts the process group if nothing has yet (accelerate's ``PartialState``, with the
-    device choice the trainer makes; the trainer's own ``PartialState`` then reuses that group).
+    device choice and the timeout the trainer would give it: :func:`process_group_timeout`; the
+    trainer's own ``PartialState`` then reuses that group, whose timeout it can no longer set).
     ``value`` must pickle.
     """
     if world_size() == 1:
@@ -93,10 +94,21 @@ def from_rank0(value: Any) -> Any:
     if not dist.is_initialized():
         from accelerate import PartialState
 
-        PartialState(cpu=not torch.cuda.is_available())
+        PartialState(cpu=not torch.cuda.is_available(), timeout=process_group_timeout())
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def process_group_timeout() -> Any:
+    """How long a collective of a cell's processes waits for the slowest rank (a ``timedelta``):
+    ``TrainingArguments.ddp_timeout``'s default, 30 minutes (torch's own default for NCCL is 10),
+    which a rank-0 save of a large model's full state can need while the other ranks wait."""
+    from datetime import timedelta
+
+    from transformers import TrainingArguments
+
+    return timedelta(seconds=TrainingArguments.__dataclass_fields__["ddp_timeout"].default)
 
 
 def barrier() -> None:

@@ -2,7 +2,9 @@
 worker (the session fixture :func:`fsdp_world`), shared by ``test_fsdp_cpu.py`` and
 ``test_sharded_checkpoints.py``.
 
-Each rank builds accelerate's ``Accelerator`` as a cell's trainer does (``cpu=True``, bf16 mixed
+Each rank starts the world as a cell does (:func:`mrbench.engine.distributed.from_rank0`, before
+any trainer; the timeout it gives the group goes to ``rank<r>.json``), then builds accelerate's
+``Accelerator`` as a cell's trainer does (``cpu=True``, bf16 mixed
 precision), first as accelerate 1.16 is, then adapted by :mod:`mrbench.engine.sharding`; prepares a
 two-layer model and takes one AdamW step; reports what accelerate made of it
 (``rank<r>.json``); and saves the model and optimizer with accelerate's own
@@ -61,6 +63,30 @@ def _prepared(adapt: bool, process_rank: int, out: Path | None) -> dict[str, str
     }
 
 
+def _started_by_from_rank0(process_rank: int) -> dict[str, str]:
+    """Start the world as a cell does (:func:`~mrbench.engine.distributed.from_rank0`, before any
+    trainer): the timeout it gives accelerate's ``PartialState`` and the one the gloo group got."""
+    from accelerate.state import PartialState
+
+    given: dict[str, object] = {}
+    original = PartialState.__init__
+
+    def spy(self: object, *args: object, **kwargs: object) -> None:
+        given.setdefault("timeout", kwargs.get("timeout"))
+        original(self, *args, **kwargs)
+
+    PartialState.__init__ = spy  # type: ignore[method-assign]
+    try:
+        assert distributed.from_rank0(f"rank {process_rank}") == "rank 0"
+    finally:
+        PartialState.__init__ = original  # type: ignore[method-assign]
+    group = torch.distributed.distributed_c10d._get_default_group()
+    return {
+        "given": str(given.get("timeout")),
+        "gloo": str(group._get_backend(torch.device("cpu")).options._timeout),
+    }
+
+
 def _rank(process_rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -76,6 +102,7 @@ def _rank(process_rank: int, world: int, port: int, out: str) -> None:
         OMP_NUM_THREADS="1",
     )
     reports = {
+        "group": _started_by_from_rank0(process_rank),
         "plain": _prepared(False, process_rank, None),
         "adapted": _prepared(True, process_rank, Path(out)),
     }
