@@ -154,10 +154,11 @@ PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp32")
 
 
 def bf16_supported() -> bool:
-    """Whether this process sees a CUDA GPU that computes in bfloat16 (Ampere or newer)."""
+    """Whether this process sees a CUDA GPU that computes in bfloat16 (Ampere or newer). An older
+    GPU only emulates it, slowly (``torch.cuda.is_bf16_supported()``'s default counts emulation)."""
     import torch
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def mixed_precision(precision: str) -> bool:
