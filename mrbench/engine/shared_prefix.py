@@ -31,6 +31,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import os
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -59,6 +60,12 @@ def supports(model: Any) -> bool:
     return all(kind == "full_attention" for kind in layer_types)
 
 
+def fsdp_sharded() -> bool:
+    """Whether this process trains under FSDP (``accelerate launch`` of the ``fsdp`` preset sets
+    ``ACCELERATE_USE_FSDP``)."""
+    return os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true", "yes")
+
+
 def enabled(
     setting: str, model_name: str, model: Any, *, tiny_presets: tuple[str, ...] | frozenset[str] = ()
 ) -> bool:
@@ -67,6 +74,16 @@ def enabled(
     unless ``model_name`` is one of ``tiny_presets``), for the loaded ``model``; ``on`` for a
     model that :func:`supports` says no to is a :class:`UserError`."""
     if setting == "off":
+        return False
+    if fsdp_sharded():
+        # FSDP frees each layer's full weights after its forward pass; the backward of the prefix's
+        # own pass then finds them gone ("setStorage ... storage of size 0", seen in the rehearsal of
+        # the paper preset's FSDP cells on the CPU: mrbench sweep --preset paper --rehearse).
+        if setting == "on":
+            raise UserError(
+                f"shared_prefix=on does not work with FSDP (model {model_name!r}): set shared_prefix=auto "
+                "or off, or --distributed ddp"
+            )
         return False
     if not supports(model):
         if setting == "on":

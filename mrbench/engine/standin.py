@@ -35,7 +35,7 @@ from mrbench.core.standin import PREFIX, is_standin, stood_for
 from mrbench.engine.pretrained import MODEL_MARKER
 
 __all__ = ["FAMILIES", "family_of", "is_standin", "prepare_standin", "standin_name", "stood_for"]
-STANDIN_VERSION = 1
+STANDIN_VERSION = 2
 MEAN_TOKENS = 24
 """Mean completion length of a stand-in (its end-of-sequence probability is 1 / MEAN_TOKENS)."""
 SHARED = 1.0
@@ -145,6 +145,8 @@ def build_standin(shape: StandinShape, out_dir: Path, demos: list[tuple[list[dic
         embeddings[config.eos_token_id] += eos_pull(shape, len(tok)) * u
     for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
         setattr(model.generation_config, key, getattr(config, key))
+    config.architectures = [type(model).__name__]  # TRL builds the reference model (beta > 0) from it
+    config.save_pretrained(out_dir)
     model.generation_config.save_pretrained(out_dir)
     # Not model.save_pretrained: in a rank > 0 of a multi-process cell (the first to take the lock
     # may be any rank) transformers writes no weights at all.

@@ -294,7 +294,8 @@ def run_rehearsal(
     models_s = time.perf_counter() - t_models
     say(
         f"pass 1: every cell trains to its checkpoint of step {KILL_AFTER} and is then SIGKILLed (the "
-        "rehearsed crash: the table shows these cells failed with code -9)"
+        "rehearsed crash: the table shows these cells failed, with code -9, or a multi-process cell "
+        "with the error of its other ranks)"
     )
     t1 = time.perf_counter()
     first = run_sweep(
