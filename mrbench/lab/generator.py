@@ -101,7 +101,8 @@ class Instance:
     Attributes:
         seeds: the S seeds, in batch order.
         prompts: P.
-        level: ``[B, N, K]`` latent level of every candidate response.
+        level: ``[B, N, K]`` latent level of every candidate response (the prompt's offset,
+            ``prompt_spread · u``, included).
         expected: ``[B, N, K]`` its exact expected reward (reward units).
         features: ``[S, P, N, D]`` response features for the linear policy (the K latent levels
             centred on the component means, then ``scenario.features`` nuisance features).
@@ -124,14 +125,18 @@ def draw_instance(scenario: Scenario, seeds: Sequence[int], spec: ComponentSpec)
     """Each seed's candidate responses, from generator ``2·seed``."""
     p, n, k = scenario.prompts, scenario.responses, scenario.k
     corr_factor = factor(scenario.corr)
-    z_all, nuisance_all = [], []
+    spread = torch.tensor(scenario.prompt_spread or (0.0,) * k, dtype=F64)
+    z_all, nuisance_all, offset_all = [], [], []
     for seed in seeds:
         gen = torch.Generator().manual_seed(2 * int(seed))
         z_all.append(torch.randn(p, n, k, generator=gen, dtype=F64) @ corr_factor.T)
         nuisance_all.append(torch.randn(p, n, scenario.features, generator=gen, dtype=F64))
+        if bool((spread > 0).any()):  # drawn last: a scenario without it keeps its numbers
+            offset_all.append(spread * (torch.randn(p, 1, k, generator=gen, dtype=F64) @ corr_factor.T))
     z = torch.stack(z_all)  # [S, P, N, K]
     features = torch.cat([z, torch.stack(nuisance_all)], dim=-1)
-    level = (spec.mean + z).reshape(-1, n, k)
+    offset = torch.stack(offset_all) if offset_all else torch.zeros(1, dtype=F64)  # [S, P, 1, K]
+    level = (spec.mean + offset + z).reshape(-1, n, k)
     expected = expected_reward(level, spec)  # [B, N, K]
     total = expected @ spec.weight  # [B, N]
     s = len(seeds)

@@ -39,7 +39,9 @@ PSD_TOLERANCE = 1e-8
 """Smallest eigenvalue accepted for a correlation matrix (rounding noise below 0 is not a defect)."""
 
 Matrix = tuple[tuple[float, ...], ...]
-PER_COMPONENT = ("scales", "weights", "kinds", "noise", "means", "lows", "highs", "missing")
+PER_COMPONENT = ("scales", "weights", "kinds", "noise", "means", "lows", "highs", "missing", "prompt_spread")
+OPTIONAL_PER_COMPONENT = ("missing", "prompt_spread")
+"""Per-component lists that may be empty (every component 0)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,9 @@ class Scenario:
     """``K × K`` correlation of the sampling noise; None: the same as ``corr``."""
     missing: tuple[float, ...] = ()
     """Probability that one sampled component is NaN (unscorable value); () means all 0."""
+    prompt_spread: tuple[float, ...] = ()
+    """How much prompts differ, per component: every prompt's responses share a latent offset
+    ``prompt_spread[k] · u_k`` with ``u ~ N(0, corr)`` (hard and easy prompts); () means all 0."""
     unscorable: float = 0.0
     """Probability that a whole sampled rollout is NaN (left out by the estimators' NaN rules)."""
     prompts: int = 8
@@ -113,6 +118,8 @@ class Scenario:
         if self.noise_corr is not None:
             data["noise_corr"] = [list(row) for row in self.noise_corr]
         data["method_params"] = {m: dict(p) for m, p in self.method_params.items()}
+        if not self.prompt_spread:  # as before the field existed: the same lab.* params and sweep keys
+            del data["prompt_spread"]
         return data
 
 
@@ -178,7 +185,7 @@ def _check_shape(s: Scenario) -> None:
         raise _fail(name, f"component names must be distinct non-empty strings, got {list(s.components)}")
     for key in PER_COMPONENT:
         values = getattr(s, key)
-        if key == "missing" and len(values) == 0:
+        if key in OPTIONAL_PER_COMPONENT and len(values) == 0:
             continue
         if len(values) != k:
             raise _fail(
@@ -204,6 +211,11 @@ def _check_component_values(s: Scenario) -> None:
     for comp, sigma in zip(s.components, s.noise, strict=True):
         if not (_is_number(sigma) and math.isfinite(sigma) and sigma >= 0):
             raise _fail(name, f"noise of component {comp!r} must be a finite number >= 0, got {sigma!r}")
+    for comp, spread in zip(s.components, s.prompt_spread, strict=False):
+        if not (_is_number(spread) and math.isfinite(spread) and spread >= 0):
+            raise _fail(
+                name, f"prompt_spread of component {comp!r} must be a finite number >= 0, got {spread!r}"
+            )
     for comp, low, high in zip(s.components, s.lows, s.highs, strict=True):
         if not (_is_number(low) and _is_number(high)) or math.isnan(low) or math.isnan(high):
             raise _fail(name, f"bounds of component {comp!r} must be numbers, got low={low!r} high={high!r}")
@@ -323,7 +335,7 @@ def scenario_from_dict(
         if key in data:
             values[key] = _per_component(key, data[key], k)
         elif changed_k:
-            values[key] = _per_component(key, defaults[key], k)
+            values[key] = () if key == "prompt_spread" else _per_component(key, defaults[key], k)
     for key in ("corr", "noise_corr"):
         if key in data:
             values[key] = None if data[key] is None and key == "noise_corr" else _matrix(key, data[key])

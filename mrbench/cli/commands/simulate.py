@@ -34,6 +34,15 @@ def simulate_cmd(
     config: Path = typer.Option(
         None, "--config", help="Scenario YAML file (`base: <preset>` to start from one)."
     ),
+    like: str = typer.Option(
+        None,
+        "--like",
+        help="Fit the scenario to real rewards: run:<RUN_ID>, sweep:<NAME> (one scenario per task) or a "
+        "rewards.npz file; the fitted YAML is printed.",
+    ),
+    save_config: Path = typer.Option(
+        None, "--save-config", help="With --like: write the fitted scenario's YAML here (for --config)."
+    ),
     methods: list[str] = typer.Option(
         [], "--methods", help="Methods, comma-separated or repeated (default: every registered method)."
     ),
@@ -78,31 +87,36 @@ def simulate_cmd(
     from mrbench.store.local import resolve_tracking_uri
 
     presets = list(dict.fromkeys(_split(scenario)))  # a scenario named twice runs once
-    check_options(presets, config, seeds=seeds, workers=workers)
+    check_options(presets, config, seeds=seeds, workers=workers, like=like, save_config=save_config)
     if out is not None:
         from mrbench.cli.commands.report import check_output_folder
 
         check_output_folder(out, "--out")
-    # Every scenario is resolved (and refused) before the first one runs.
-    chosen = [
-        resolve_scenario(name, config, steps=steps, group_size=group_size) for name in presets or [None]
-    ]
-    names = _method_names(methods)
     uri = resolve_tracking_uri(tracking_uri)
+    # Every scenario is resolved (and refused) before the first one runs and the store is written.
+    if like is not None:
+        chosen = fit_like(like, uri, steps=steps, group_size=group_size, save_config=save_config, err=as_json)
+    else:
+        chosen = [
+            resolve_scenario(name, config, steps=steps, group_size=group_size) for name in presets or [None]
+        ]
+    names = _method_names(methods)
     check_store_folder(uri)
     # One MLflow writer beside the simulations (mrbench.lab.writer), started before torch is
     # imported here; it touches the store only once the method names are known to be good.
     with LabWriter(uri) as writer:
+        from mrbench.lab.memory import check_lab
         from mrbench.lab.simulate import load_estimators  # torch
 
-        for one in chosen:  # unknown method names before the store is touched
-            load_estimators(one, names)
+        for one in chosen:  # unknown methods, a lab too big for this machine: before the store is touched
+            check_lab(one, seeds=seeds, methods=len(load_estimators(one, names)))
         writer.check()
         payloads = _run_scenarios(
             presets,
             chosen,
             names,
             config=config,
+            like=like,
             seeds=seeds,
             steps=steps,
             group_size=group_size,
@@ -121,6 +135,7 @@ def _run_scenarios(
     names: list[str] | None,
     *,
     config: Path | None,
+    like: str | None,
     seeds: int,
     steps: int | None,
     group_size: int | None,
@@ -133,13 +148,14 @@ def _run_scenarios(
     from mrbench.lab.runner import run_lab_with
 
     payloads = []
-    for name, one in zip(presets or [None], chosen, strict=True):
+    for name, one in zip(presets or [None] * len(chosen), chosen, strict=True):
         # Each scenario's report names the command that reproduces that folder alone.
         folder = out / one.name if out is not None and len(chosen) > 1 else out
         command = _command_line(
             {
                 "--scenario": name,
                 "--config": config,
+                "--like": like,
                 "--methods": ",".join(names) if names else None,
                 "--seeds": seeds,
                 "--steps": steps,
@@ -158,14 +174,26 @@ def _run_scenarios(
     return payloads
 
 
-def check_options(scenarios: list[str], config: Path | None, *, seeds: int, workers: int) -> None:
-    """Exactly one of ``--scenario`` (one or more presets) and ``--config``; at least one seed and
-    one worker."""
+def check_options(
+    scenarios: list[str],
+    config: Path | None,
+    *,
+    seeds: int,
+    workers: int,
+    like: str | None = None,
+    save_config: Path | None = None,
+) -> None:
+    """Exactly one of ``--scenario`` (one or more presets), ``--config`` and ``--like``
+    (``--save-config`` only with it); at least one seed and one worker."""
     from mrbench.core.errors import UserError
     from mrbench.lab.presets import PRESETS
 
-    if bool(scenarios) == (config is not None):
-        raise UserError(f"give exactly one of --scenario NAME ({', '.join(PRESETS)}) or --config FILE")
+    if bool(scenarios) + (config is not None) + (like is not None) != 1:
+        raise UserError(
+            f"give exactly one of --scenario NAME ({', '.join(PRESETS)}), --config FILE or --like SOURCE"
+        )
+    if save_config is not None and like is None:
+        raise UserError("--save-config writes a fitted scenario: use it with --like SOURCE")
     if seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {seeds}")
     if workers < 1:
@@ -183,6 +211,49 @@ def resolve_scenario(
 
     base = get_scenario(scenario) if scenario is not None else load_config(config)
     return with_settings(base, steps=steps, group_size=group_size)
+
+
+def fit_like(
+    source: str,
+    tracking_uri: str,
+    *,
+    steps: int | None,
+    group_size: int | None,
+    save_config: Path | None,
+    err: bool,
+) -> list[Scenario]:
+    """The scenarios fitted to ``source``'s rewards (:mod:`mrbench.lab.like`, :mod:`mrbench.lab.fit`),
+    ``--steps``/``--group-size`` applied; each printed as YAML (to stderr when ``err``: the JSON
+    goes to stdout) and written to ``save_config`` (``<stem>-<scenario><suffix>`` for several)."""
+    from dataclasses import replace
+
+    from mrbench.core.errors import UserError
+    from mrbench.lab.fit import fit_scenario, to_yaml
+    from mrbench.lab.like import read_like
+    from mrbench.lab.scenarios import with_settings
+
+    fitted = []
+    for one in read_like(source, tracking_uri):
+        fit = fit_scenario(one.record, name=one.name, what=one.what)
+        fitted.append(replace(fit, scenario=with_settings(fit.scenario, steps=steps, group_size=group_size)))
+    texts = [to_yaml(fit, source) for fit in fitted]
+    if save_config is not None:
+        suffix = save_config.suffix or ".yaml"
+        paths = (
+            [save_config]
+            if len(fitted) == 1
+            else [save_config.with_name(f"{save_config.stem}-{f.scenario.name}{suffix}") for f in fitted]
+        )
+        for path, text in zip(paths, texts, strict=True):
+            try:
+                path.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise UserError(
+                    f"--save-config {str(path)!r}: cannot write it: {exc.strerror or exc}"
+                ) from None
+    for text in texts:
+        typer.echo(text, err=err)
+    return [fit.scenario for fit in fitted]
 
 
 def _command_line(options: dict[str, object]) -> str:
