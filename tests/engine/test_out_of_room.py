@@ -27,6 +27,7 @@ from mrbench.engine.config import resolve_spec
 from mrbench.engine.run_guard import ends_run_on_error
 from mrbench.engine.runner import run_cell
 from mrbench.store.client import RetryingClient, ensure_experiment
+from mrbench.store.empty_store import seed_new_store
 from mrbench.store.faults import OutOfRoom, describe_fault
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
@@ -34,6 +35,7 @@ TRAIN = {"steps": "4", "num_generations": "2", "prompts_per_step": "2", "eval_li
 
 
 def _open_run(tmp_path: Path) -> tuple[RetryingClient, str]:
+    seed_new_store(tmp_path / "mlflow.db")  # a copy of the empty store: no schema migration
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = RetryingClient(uri, retry_s=5)
     experiment = ensure_experiment("room", uri, client=client)
