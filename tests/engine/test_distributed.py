@@ -295,7 +295,7 @@ def test_cell_payload_and_checks_for_multi_process_cells(tmp_path):
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--processes-per-cell", "0"], "--processes-per-cell 0"),
+        (["--processes-per-cell", "0"], "'--processes-per-cell': Input should be greater than or equal to 1"),
         (["--processes-per-cell", "2", "--distributed", "zero3"], "needs CUDA GPUs"),
         (["--processes-per-cell", "2", "--train", "prompts_per_step=3"], "cannot be split over 2"),
     ],
