@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from mrbench.core import limits
+
 
 def register(app: typer.Typer) -> None:
     @app.command("advantages")
@@ -21,7 +23,11 @@ def register(app: typer.Typer) -> None:
             None, "--rewards-file", help="CSV or JSON file of reward rows instead of --rewards."
         ),
         group_size: int = typer.Option(
-            None, "--group-size", min=1, help="Rollouts per group (default: all rows one group)."
+            None,
+            "--group-size",
+            min=1,
+            max=limits.EVAL_LIMIT_MAX,  # more rows than anyone types or a rewards file holds
+            help="Rollouts per group (default: all rows one group).",
         ),
         weights: str = typer.Option(
             None, "--weights", help="Comma-separated component weights (default: all 1)."
