@@ -137,3 +137,26 @@ def test_a_store_write_fault_names_the_store_in_use(tmp_path, new_store, monkeyp
         fault = exc
     code, line = _run_failing(monkeypatch, capsys, fault)
     assert code == 2 and str(tmp_path / "results" / "mlflow.db") in line and "disk I/O error" in line, line
+
+
+def test_a_cell_out_of_room_says_its_run_resumes_and_names_the_folder(tmp_path, monkeypatch, capsys) -> None:
+    from mrbench.cli.commands import run as run_command
+    from mrbench.store.faults import OutOfRoom
+
+    def no_room(spec, launch):
+        detail = "a training checkpoint needs about 2.0 MB and the disk has 0.3 MB free"
+        raise OutOfRoom(errno.ENOSPC, detail, str(tmp_path / "results" / "checkpoints" / "key"))
+
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(run_command, "run_cell_or_launch", no_room)
+    argv = ["mrbench", "run", "--method", "grpo", "--task", "tool-calling", "--model", "tiny", "--quiet"]
+    monkeypatch.setattr(sys, "argv", argv)
+    code = cli_app._run(cli_app.app)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert err[0].startswith("the cell stopped: its MLflow run is marked KILLED and resumes"), err
+    assert err[1] == (
+        f"error: cannot write {tmp_path / 'results' / 'checkpoints' / 'key'}: the disk is full (a training "
+        "checkpoint needs about 2.0 MB and the disk has 0.3 MB free); make room (or lift the limit) and run "
+        "the command again"
+    ), err

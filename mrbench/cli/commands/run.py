@@ -230,9 +230,18 @@ def run_logged(spec: RunSpec, launch: CellLaunch, *, verbose: bool) -> CellResul
                 err=True,
             )
             raise
-        except Exception:
+        except Exception as exc:
+            from mrbench.store.faults import OutOfRoom
+
             captured.close()
-            typer.echo(f"the cell failed; library output and traceback: {log_path}", err=True)
+            if isinstance(exc, OutOfRoom):  # its run is KILLED, and resumes: not a failed cell
+                typer.echo(
+                    "the cell stopped: its MLflow run is marked KILLED and resumes from its last "
+                    f"training checkpoint when this command runs again; library output: {log_path}",
+                    err=True,
+                )
+            else:
+                typer.echo(f"the cell failed; library output and traceback: {log_path}", err=True)
             raise
 
 
