@@ -15,8 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrbench.core import layout
+from mrbench.core import layout, limits
 from mrbench.core.errors import UserError
+from mrbench.core.registry import Range
 
 RUN_KEY_VERSION = 1  # bump when the meaning of a spec field changes, to invalidate old run keys
 SHARED_PREFIX = ("auto", "on", "off")
@@ -76,6 +77,18 @@ class TrainSettings:
             "eval_limit": (0, True),
             "gradient_accumulation_steps": (1, True),
         }
+        # Upper bounds, each with its reason (mrbench.core.limits), checked before anything starts.
+        maximum = {
+            "steps": limits.STEPS_MAX,  # time
+            "num_generations": limits.GENERATIONS_MAX,  # memory: G completions per prompt per step
+            "prompts_per_step": 65_536,  # memory: the batch is prompts_per_step × G completions
+            "learning_rate": 1.0,  # AdamW at a rate above 1 diverges on the first step
+            "beta": 1_000.0,  # a KL term this heavy leaves no reward signal to learn from
+            "temperature": 100.0,  # sampling beyond this is uniform noise
+            "max_completion_length": limits.TOKENS_MAX,  # the models' context
+            "eval_limit": limits.EVAL_LIMIT_MAX,  # no evaluation dataset is larger
+            "gradient_accumulation_steps": 65_536,  # memory and time: a micro-batch per step each
+        }
         problems: list[str] = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -85,6 +98,8 @@ class TrainSettings:
                 bound, inclusive = minimum[f.name]
                 if not (value >= bound if inclusive else value > bound):
                     problems.append(f"{f.name}={value!r} (must be {'>=' if inclusive else '>'} {bound})")
+                elif value > maximum[f.name]:
+                    problems.append(f"{f.name}={value!r} (must be {Range(le=maximum[f.name])})")
         from mrbench.engine.models import PRECISIONS
 
         if self.shared_prefix not in SHARED_PREFIX:

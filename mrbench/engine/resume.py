@@ -82,13 +82,19 @@ _RNG_GLOB = "rng_state*.pth"
 
 
 def parse_checkpoint_every(text: str) -> int | None:
-    """``"auto"`` → None, ``"N"`` (N ≥ 0) → N; anything else a :class:`UserError`."""
+    """``"auto"`` → None, ``"N"`` (0 ≤ N ≤ :data:`~mrbench.core.limits.STEPS_MAX`) → N; anything
+    else a :class:`UserError`."""
+    from mrbench.core.limits import STEPS_MAX
+
     value = text.strip().lower()
     if value == "auto":
         return None
-    if value.isdigit():
+    if value.isascii() and value.isdigit() and int(value) <= STEPS_MAX:
         return int(value)
-    raise UserError(f"checkpoint every {text!r}: expected auto or a number of steps ≥ 0 (0: no checkpoints)")
+    raise UserError(
+        f"checkpoint every {text!r}: expected auto or a number of steps from 0 (no checkpoints) "
+        f"to {STEPS_MAX}"
+    )
 
 
 def resolve_checkpoint_every(value: int | None, steps: int) -> int:
