@@ -50,6 +50,7 @@ from typing import Any
 from mrbench.core.errors import UserError
 from mrbench.core.registry import import_target
 from mrbench.engine.checkpoints import CellFolder
+from mrbench.store.faults import OutOfRoom
 
 DISTRIBUTED = ("ddp", "fsdp", "zero3")
 """The shipped ``accelerate`` presets (``--distributed``); ``ddp`` is the default."""
@@ -346,11 +347,15 @@ def launch_cell(
 def _outcome(ends: list[dict[str, Any]], code: int, processes: int) -> dict[str, Any]:
     """The cell's result from what its ranks wrote (:func:`main`), or the exception that ended it:
     rank 0's result when the launch succeeded, else the first rank's error (a :class:`UserError`
-    stays one), else KeyboardInterrupt when a rank was stopped."""
+    stays one, and a rank's :class:`~mrbench.store.faults.OutOfRoom` is raised first), else
+    KeyboardInterrupt when a rank was stopped."""
     results = [end["result"] for end in ends if "result" in end]
     if results and not code:
         return results[0]
     errors = [end for end in ends if "error" in end]
+    room = next((end["out_of_room"] for end in errors if end.get("out_of_room")), None)
+    if room is not None:  # a full disk in any rank: its run ended KILLED, to be resumed
+        raise OutOfRoom(*room)
     if errors:
         raise (UserError if errors[0]["user_error"] else RuntimeError)(errors[0]["error"])
     if any(end.get("interrupted") for end in ends):
@@ -444,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
             written = {"error": f"{type(exc).__name__}: {exc}", "user_error": isinstance(exc, UserError)}
             if isinstance(exc, UserError):
                 written["error"] = str(exc)
+            if isinstance(exc, OutOfRoom):  # the run ended KILLED: the launcher says so too
+                written["out_of_room"] = [exc.errno, exc.strerror, exc.filename]
             code = 1
     if is_main_process() or code:  # one result, from rank 0; every rank's own failure
         path = Path(payload["result"])

@@ -1,6 +1,7 @@
-"""A multi-process cell's launcher killed with SIGKILL (``mrbench run --processes-per-cell 2``, a
-sweep's worker) leaves no rank training as an orphan: each rank stops as on Ctrl-C (its run would
-end KILLED) within seconds."""
+"""A multi-process cell and its launcher (``mrbench run --processes-per-cell 2``, a sweep's worker):
+the launcher killed with SIGKILL leaves no rank training as an orphan (each stops as on Ctrl-C, its
+run would end KILLED, within seconds), and a rank that finds no room on the disk is the launcher's
+:class:`~mrbench.store.faults.OutOfRoom`, as in a one-process cell."""
 
 from __future__ import annotations
 
@@ -92,3 +93,29 @@ def test_ranks_stop_when_their_launcher_is_killed(tmp_path: Path) -> None:
         assert sorted(p.read_text() for p in record.glob("*.end")) == ["interrupted", "interrupted"]
     finally:
         launcher.kill()
+
+
+def full_disk_cell(spec: SleepySpec, *, record: str) -> None:
+    """Rank 0 finds no room for its checkpoint (its run would end KILLED); rank 1 waits."""
+    from mrbench.store.faults import OutOfRoom
+
+    if os.environ.get("RANK", "0") == "0":
+        raise OutOfRoom(28, "a training checkpoint needs about 2.0 MB and the disk has 0.3 MB free", record)
+    time.sleep(60)
+
+
+@pytest.mark.slow  # accelerate launch and two ranks
+def test_a_rank_out_of_room_is_the_launchers_out_of_room(tmp_path: Path, monkeypatch) -> None:
+    """`mrbench run --processes-per-cell 2` on a full disk says what one process does: the folder, the
+    disk, and that the run resumes (not an unexpected RuntimeError)."""
+    from mrbench.engine.distributed import launch_cell
+    from mrbench.store.faults import OutOfRoom
+
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+    with pytest.raises(OutOfRoom) as err:
+        launch_cell(
+            SleepySpec("y"), processes=2, cell_fn="test_launcher_death:full_disk_cell", record=str(tmp_path)
+        )
+    assert err.value.errno == 28 and err.value.filename == str(tmp_path)
+    assert "the disk has 0.3 MB free" in err.value.strerror
