@@ -5,6 +5,7 @@ FAILED for a crash, so that the store never shows it RUNNING after the sweep is 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,21 @@ def test_a_dead_workers_run_is_ended_as_soon_as_the_sweep_sees_its_exit(
         client.search_runs([experiment_id], "attributes.status = 'KILLED'")[0].data.tags, layout.ERROR
     )
     assert "code -9 (SIGKILL)" in error, error
+
+
+def test_a_worker_killed_by_a_signal_is_killed_and_a_crash_failed(tmp_path: Path) -> None:
+    from mrbench.sweeps.executors.local import _process_outcome
+
+    cell, nothing = Cell(TinySpec(seed=0)), tmp_path / "no-result.json"
+    for code, status, says in [
+        (
+            -signal.SIGXFSZ,
+            "KILLED",
+            "code -25 (SIGXFSZ)",
+        ),  # past `ulimit -f` in a writer that does not ignore it
+        (-signal.SIGTERM, "KILLED", "code -15 (SIGTERM)"),
+        (-signal.SIGSEGV, "FAILED", "code -11 (SIGSEGV)"),
+        (3, "FAILED", "code 3;"),
+    ]:
+        outcome = _process_outcome(cell, code, nothing, 1.0, "cell.log")
+        assert (outcome.status, says in (outcome.error or "")) == (status, True), (code, outcome)
