@@ -470,7 +470,7 @@ SETTINGS: tuple[Setting, ...] = (
         "distributed",
         choice(DISTRIBUTED),
         default="`ddp`",
-        meaning="with `processes_per_cell` > 1: `ddp`, `fsdp` or `zero3` (the last two on GPUs only)",
+        meaning="with `processes_per_cell` > 1: `ddp`, `fsdp` or `zero3` (`zero3` on GPUs only)",
         option=Option("--distributed", "accelerate preset of those processes: ddp | fsdp | zero3."),
     ),
     Setting(

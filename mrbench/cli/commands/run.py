@@ -91,7 +91,9 @@ def run_cmd(
         "DDP through gloo). train.prompts_per_step is shared between them.",
     ),
     distributed: str = typer.Option(
-        "ddp", "--distributed", help="accelerate preset of those processes: ddp | fsdp | zero3 (GPUs)."
+        "ddp",
+        "--distributed",
+        help="accelerate preset of those processes: ddp | fsdp | zero3 (zero3 needs GPUs).",
     ),
 ) -> None:
     """Warm-start or load the model, evaluate, train with GRPO and the chosen method, evaluate again.
