@@ -6,9 +6,9 @@ the harness uses the registered ``grpo`` method with TRL's ε (1e-4), so every a
 advantages. Arms:
 
 - ``TRL``: plain ``GRPOTrainer`` with TRL's own CPU log-prob folds;
-- ``mrbench, shared prefix off``: what a cell ran before shared prefixes (the advantage hook,
+- ``mrbench shared prefix off``: what a cell ran before shared prefixes (the advantage hook,
   diagnostics and shadow estimators, mrbench's CPU folds: :mod:`mrbench.engine.cpu_logprob`);
-- ``mrbench, shared prefix on``: the same with each group's prompt encoded once
+- ``mrbench shared prefix on``: the same with each group's prompt encoded once
   (:mod:`mrbench.engine.shared_prefix`), when scoring and when generating.
 
 Each arm runs in a fresh process (so its peak resident memory is its own), the arms in turn,
@@ -36,7 +36,7 @@ import tempfile
 import time
 from typing import Any
 
-ARMS = ("TRL", "mrbench, shared prefix off", "mrbench, shared prefix on")
+ARMS = ("TRL", "mrbench shared prefix off", "mrbench shared prefix on")
 
 
 def run_arm(arm: str, args: argparse.Namespace) -> dict[str, float]:
@@ -140,17 +140,26 @@ def main() -> int:
     parser.add_argument("--generations", type=int, default=8, help="completions per prompt (G)")
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--arms", default=",".join(ARMS), help=f"comma-separated, TRL first (default: {', '.join(ARMS)})"
+    )
     parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # one arm, in this process
     args = parser.parse_args()
     if args.arm:
         print(json.dumps(run_arm(args.arm, args)))
         return 0
-    runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
+    arms = [a.strip() for a in args.arms.split(",")]
+    if arms[0] != "TRL" or not set(arms) <= set(ARMS):
+        parser.error(f"--arms: TRL first, then any of {', '.join(ARMS[1:])}")
+    runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
     for _ in range(args.repeats):
-        for arm in ARMS:
+        for arm in arms:
             cmd = [sys.executable, __file__, *sys.argv[1:], "--arm", arm]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            runs[arm].append(json.loads(out.strip().splitlines()[-1]))
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:  # e.g. killed for memory: say which arm, keep what ran
+                print(f"arm {arm!r} failed (exit {done.returncode}): {done.stderr[-2000:]}", file=sys.stderr)
+                return 1
+            runs[arm].append(json.loads(done.stdout.strip().splitlines()[-1]))
     median = {arm: statistics.median(r["s_per_step"] for r in rs) for arm, rs in runs.items()}
     load = open("/proc/loadavg").read().split()[:3]
     print(
@@ -167,9 +176,11 @@ def main() -> int:
             f" {statistics.fmean(r['mean_completion_length'] for r in rs):.1f} |"
             f" {max(r['peak_rss_mib'] for r in rs):.0f} |"
         )
-    shares = [r["shadow_s_per_step"] / r["s_per_step"] for arm in ARMS[1:] for r in runs[arm]]
-    print(f"shadow estimators, timed in the runs: {statistics.median(shares) * 100:.2f} % of a step")
-    print(f"shared prefix on vs plain TRL: {trl / median[ARMS[2]]:.2f}× faster")
+    shares = [r["shadow_s_per_step"] / r["s_per_step"] for arm in arms[1:] for r in runs[arm]]
+    if shares:
+        print(f"shadow estimators, timed in the runs: {statistics.median(shares) * 100:.2f} % of a step")
+    if ARMS[2] in median:
+        print(f"shared prefix on vs plain TRL: {trl / median[ARMS[2]]:.2f}× faster")
     return 0
 
 
