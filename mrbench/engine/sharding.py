@@ -54,6 +54,7 @@ def adjust_state(state: Any, fsdp_plugin: Any) -> None:
     if policy is not None and (policy.reduce_dtype or policy.param_dtype) not in (None, torch.float32):
         plugin.mixed_precision_policy = dataclasses.replace(policy, reduce_dtype=torch.float32)
 
+
 def adapt_accelerate() -> None:
     """Make every ``AcceleratorState`` this process builds go through :func:`adjust_state` (once)."""
     from accelerate.state import AcceleratorState
