@@ -12,11 +12,16 @@ then trains it for ``--steps`` GRPO steps
 each without vLLM and, where vLLM is installed and a CUDA GPU is visible, with it (colocated).
 Both get the same policy in the same precision (``--precision``, as a cell reads it: float32
 master weights, bfloat16 autocast under mixed precision), so the comparison measures mrbench's
-overhead, not a dtype. Each run is a process of its own: a colocated vLLM engine, and the peak
-memory, end with it. It prints, per run: training seconds, seconds per step, tokens per second
-(prompt and completion tokens TRL counted, over the training seconds) and peak GPU memory, then
-mrbench's tokens/s as a share of plain TRL's. Training time only: mrbench's evaluations are timed
-apart (``perf/eval_s``).
+overhead, not a dtype. Like with like in the timed part too: neither side writes a checkpoint
+while it trains (the cell's training checkpoints are off, ``checkpoint_every=0``; plain TRL's
+``save_strategy`` is ``"no"``), and the peak GPU memory is that of the training alone, read around
+the trainer's ``train()`` on both sides (:func:`training_peak`; mrbench's evaluations before and
+after are not in it). Each run is a process of its own that sees one GPU, the first visible one
+(:func:`row_env`): a cell process that sees several stops before it runs, and plain TRL would
+wrap the model in ``DataParallel``; a colocated vLLM engine ends with the process. It prints, per
+run: training seconds, seconds per step, tokens per second (prompt and completion tokens TRL
+counted, over the training seconds) and peak GPU memory, then mrbench's tokens/s as a share of
+plain TRL's. Training time only: mrbench's evaluations are timed apart (``perf/eval_s``).
 
     python benchmarks/gpu_smoke.py                                  # GPU: ~100 M model, 20 steps
     python benchmarks/gpu_smoke.py --task agent-security            # the multi-turn rollout
@@ -37,6 +42,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +110,47 @@ def reset_peak() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
+@contextmanager
+def training_peak(
+    trainer_class: type,
+    reset: Callable[[], None] = reset_peak,
+    read: Callable[[], float | None] = peak_memory_gb,
+) -> Iterator[dict[str, float | None]]:
+    """While the block runs, every ``trainer_class(...).train()`` resets the peak-memory counter as
+    it starts and reads it as it ends: the yielded dict's ``peak_gb`` is the training's own peak,
+    not the model's loading nor an evaluation's (None on a CPU)."""
+    original, own = trainer_class.train, "train" in vars(trainer_class)
+    seen: dict[str, float | None] = {"peak_gb": None}
+
+    def train(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reset()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            seen["peak_gb"] = read()
+
+    trainer_class.train = train
+    try:
+        yield seen
+    finally:
+        if own:
+            trainer_class.train = original
+        else:  # inherited: the base class's method shows through again
+            del trainer_class.train
+
+
+def row_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of one run's process: ``env`` with ``CUDA_VISIBLE_DEVICES`` narrowed to the
+    first GPU it shows (unchanged on a machine without GPUs, or with the variable empty)."""
+    from mrbench.engine.devices import VISIBLE, visible_gpus
+
+    out = dict(env)
+    gpus = visible_gpus(out)
+    if gpus:
+        out[VISIBLE] = gpus[0]
+    return out
+
+
 def train_settings(args: argparse.Namespace, use_vllm: bool) -> dict[str, Any]:
     small = args.tiny
     return {
@@ -129,20 +177,23 @@ def run_mrbench(
     from mrbench.core import layout
     from mrbench.engine.config import resolve_spec
     from mrbench.engine.runner import run_cell
+    from mrbench.engine.trainer import MultiRewardGRPOTrainer
 
     spec = resolve_spec(
         method, args.task, model, 0, task_params=task_params(args), train=train_settings(args, use_vllm)
     )
-    reset_peak()
-    result = run_cell(spec, tracking_uri=uri, experiment="gpu-smoke", progress=False, save="none")
-    peak = peak_memory_gb()
+    with training_peak(MultiRewardGRPOTrainer) as peak:
+        # No training checkpoints in the timed part: plain TRL writes none either.
+        result = run_cell(
+            spec, tracking_uri=uri, experiment="gpu-smoke", progress=False, save="none", checkpoint_every=0
+        )
     metrics = MlflowClient(tracking_uri=uri).get_run(result.run_id).data.metrics
     return {
         "path": f"mrbench {method}",
         "vllm": use_vllm,
         "train_s": metrics[layout.PERF_TRAIN_S],
         "tokens": metrics[layout.step_metric("num_tokens")],
-        "peak_gb": peak,
+        "peak_gb": peak["peak_gb"],
     }
 
 
@@ -194,10 +245,10 @@ def run_plain_trl(args: argparse.Namespace, model: str, use_vllm: bool) -> dict[
     with tempfile.TemporaryDirectory(prefix="gpu-smoke-trl-") as out_dir:
         trainer, task = plain_trl_trainer(args, model, use_vllm, out_dir)
         try:
-            reset_peak()
-            t0 = time.perf_counter()
-            trainer.train()
-            train_s = time.perf_counter() - t0
+            with training_peak(type(trainer)) as peak:
+                t0 = time.perf_counter()
+                trainer.train()
+                train_s = time.perf_counter() - t0
             tokens = float(trainer.state.num_input_tokens_seen)
         finally:
             task.close()
@@ -206,7 +257,7 @@ def run_plain_trl(args: argparse.Namespace, model: str, use_vllm: bool) -> dict[
         "vllm": use_vllm,
         "train_s": train_s,
         "tokens": tokens,
-        "peak_gb": peak_memory_gb(),
+        "peak_gb": peak["peak_gb"],
     }
 
 
@@ -271,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]
                 command += ["--out", str(root), "--row", path, "--row-model", model, "--row-json", str(out)]
                 command += ["--row-vllm"] if use_vllm else []
-                done = subprocess.run(command, check=False)
+                done = subprocess.run(command, check=False, env=row_env(os.environ))
                 if done.returncode != 0:
                     sys.exit(f"the run {path} (vllm={use_vllm}) failed with exit code {done.returncode}")
                 rows.append(json.loads(out.read_text()))

@@ -294,6 +294,7 @@ def test_gpu_smoke_gives_plain_trl_the_cells_policy_and_precision(
     try:
         assert trainer.args.bf16  # the cell's mixed precision ...
         assert next(trainer.model.parameters()).dtype == torch.float32  # ... over float32 weights
+        assert trainer.args.save_strategy == "no"  # no checkpoint while timed, as the mrbench rows
     finally:
         task.close()
 
@@ -428,3 +429,66 @@ def test_the_vllm_install_line_resolves_to_versions_every_requirement_accepts() 
     assert ci and ci.group(1) == vllm_pins["transformers"]  # CI's engine tests on the vLLM transformers
     cluster = (REPO / "docs" / "cluster.md").read_text()
     assert 'pip install -e ".[vllm]" -c constraints-vllm.txt' in cluster
+
+
+# ------------------------------------------------------------------ 12. the smoke script, like with like
+
+
+def _smoke_module() -> Any:
+    loader = importlib.util.spec_from_file_location("gpu_smoke", REPO / "benchmarks" / "gpu_smoke.py")
+    smoke = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(smoke)
+    return smoke
+
+
+def test_gpu_smoke_rows_write_no_checkpoint_while_timed(
+    micro_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 10 of issue 33: the mrbench rows wrote a training checkpoint every tenth of the steps
+    (optimizer state included, fsync'd) inside their timed training, plain TRL none."""
+    smoke = _smoke_module()
+    calls: list[dict[str, Any]] = []
+
+    def recording_run_cell(spec: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        raise RuntimeError("recorded")
+
+    monkeypatch.setattr(runner, "run_cell", recording_run_cell)
+    args = smoke.parse_args(["--tiny", "--steps", "20", "--device", "cpu"])
+    with pytest.raises(RuntimeError, match="recorded"):
+        smoke.run_mrbench(args, str(micro_model_dir), "grpo", False, "sqlite:///unused.db")
+    assert calls[0]["checkpoint_every"] == 0 and calls[0]["save"] == "none"
+
+
+def test_gpu_smoke_peak_memory_is_the_trainings_alone() -> None:
+    """The peak is reset as ``train()`` starts and read as it ends: not the evaluations' nor the
+    loading's (finding 10 of issue 33)."""
+    smoke = _smoke_module()
+    events: list[str] = []
+
+    class Base:
+        def train(self) -> str:
+            events.append("train")
+            return "trained"
+
+    class Trainer(Base):
+        pass
+
+    with smoke.training_peak(Trainer, reset=lambda: events.append("reset"), read=lambda: 1.5) as peak:
+        events.append("evaluate before")
+        assert Trainer().train() == "trained"
+        events.append("evaluate after")
+    assert events == ["evaluate before", "reset", "train", "evaluate after"]
+    assert peak == {"peak_gb": 1.5}
+    assert "train" not in vars(Trainer)  # the inherited method again
+
+
+def test_gpu_smoke_gives_each_run_one_gpu() -> None:
+    """Each run's process sees the first visible GPU only: a cell process that sees several stops
+    (check_one_device), and plain TRL would use DataParallel (finding 10 of issue 33)."""
+    smoke = _smoke_module()
+    assert smoke.row_env({"CUDA_VISIBLE_DEVICES": "2,3", "HOME": "/h"}) == {
+        "CUDA_VISIBLE_DEVICES": "2",
+        "HOME": "/h",
+    }
+    assert smoke.row_env({"CUDA_VISIBLE_DEVICES": ""}) == {"CUDA_VISIBLE_DEVICES": ""}  # --device cpu
