@@ -379,6 +379,22 @@ LAB = "lab/"  # + lab metric
 LAB_ARTIFACT = "lab.json"  # on the parent run: scenario, seeds, per-seed scores, statistics
 LAB_EXPERIMENT_PREFIX = "lab-"
 LAB_KEY = "lab_key"  # tag: hash of everything a sweep's lab result depends on (resume skips it)
+LIKE_TASK = "like_task"  # tag: a sweep's lab run on the scenario fitted to that task's cells' rewards
+
+
+def like_scenario(sweep: str, task: str) -> str:
+    """The name of the lab scenario fitted to ``task``'s rewards in ``sweep`` (``mrbench simulate
+    --like sweep:<sweep>``; its experiment is :func:`lab_experiment` of it).
+
+    >>> like_scenario("smol", "tool-calling")
+    'like-smol-tool-calling'
+    """
+    return f"like-{name_slug(sweep)}-{name_slug(task)}"
+
+
+def name_slug(text: str) -> str:
+    """``text`` with every character other than letters, digits, ``-``, ``_`` and ``.`` made ``-``."""
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text) or "-"
 
 
 def lab_metric(name: str) -> str:

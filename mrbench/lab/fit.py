@@ -320,82 +320,75 @@ def _sig(x: float) -> float:
     return float(f"{x:.{SIGNIFICANT}g}")
 
 
-def fit_scenario(record: RewardsRecord, *, name: str, description: str = "", what: str = "") -> Fitted:
-    """A :class:`Scenario` whose rewards look like ``record``'s (see the module docstring);
-    :class:`UserError` naming ``what`` (default: ``name``) when it cannot be fitted."""
-    what = what or name
-    check_fittable(record, what)
+@dataclass(frozen=True)
+class _Window:
+    """The rollouts the fit reads: ``x [n, K]`` rewards, ``prompt [n]`` ids (a group whose prompt is
+    not known is its own prompt), ``response [n]`` ids or None, from the first ``steps`` steps."""
+
+    x: np.ndarray
+    prompt: np.ndarray
+    response: np.ndarray | None
+    steps: int
+
+
+def _window(record: RewardsRecord) -> _Window:
     rewards = np.asarray(record.rewards, dtype=float)
     t_all, _, g, k = rewards.shape
     steps = max(1, math.ceil(FIT_FRACTION * t_all))
     real = np.asarray(record.group_ids)[:steps] >= 0  # [steps, P]
-    x = rewards[:steps][real].reshape(-1, k)  # [n, K]
-    prompt = np.repeat(np.asarray(record.prompt_ids)[:steps][real], g)  # [n]
+    x = rewards[:steps][real].reshape(-1, k)
+    prompt = np.repeat(np.asarray(record.prompt_ids)[:steps][real], g)
     group = np.repeat(np.asarray(record.group_ids)[:steps][real], g)
     response = None
     if record.response_ids is not None:
         response = np.asarray(record.response_ids)[:steps][real].reshape(-1)
-    # A prompt id of -1 (not known) is its group's own prompt.
-    prompt = np.where(prompt >= 0, prompt, -2 - group)
-    check_columns(x, record.components, f"{what} (its first {steps} steps)")
+    return _Window(x, np.where(prompt >= 0, prompt, -2 - group), response, steps)
 
-    scorable = ~np.isnan(x).all(axis=1)
-    unscorable = 1.0 - float(scorable.mean())
-    xs = x[scorable]
-    missing = [float(np.isnan(xs[:, i]).mean()) for i in range(k)]
-    notes: list[str] = []
-    if response is None:
-        notes.append(
-            "noise 0: a completion's reward is a function of the completion; the rewards cannot tell "
-            "a response's level from sampling noise"
-        )
 
-    cats = [Categories.of(x[:, i][np.isfinite(x[:, i])]) for i in range(k)]
-    scores = np.stack([c.scores_of(x[:, i]) for i, c in enumerate(cats)], axis=1)  # [n, K]
+def _sizes(w: _Window, cats: list[Categories], scores: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(spread, noise, s)`` per component ``[K]`` from the pairs of rollouts of one prompt (step 4
+    of the module docstring); ``s = sqrt(spread² + 1 + noise²)``."""
+    k = len(cats)
     n_candidates = Scenario.__dataclass_fields__["responses"].default
-    spread, noise, s = np.zeros(k), np.zeros(k), np.ones(k)
-    for i in range(k):
-        var = float(np.sum(cats[i].d ** 2))
-        if response is None:
-            pair, _ = _pair_mean(scores[:, i], prompt)
+    spread, noise = np.zeros(k), np.zeros(k)
+    for i, c in enumerate(cats):
+        if w.response is None:
+            pair, _ = _pair_mean(scores[:, i], w.prompt)
             if math.isnan(pair):  # each prompt once: nothing says how prompts differ
                 continue
             # the lab samples one of its N candidates twice with chance 1/N: those pairs are copies
-            diff = (pair - var / n_candidates) / (1 - 1 / n_candidates)
-            rho = latent_correlation(diff, cats[i], cats[i])
+            diff = (pair - float(np.sum(c.d**2)) / n_candidates) / (1 - 1 / n_candidates)
+            rho = latent_correlation(diff, c, c)
             spread[i] = math.sqrt(min(LIMIT**2, max(0.0, rho) / max(1e-12, 1 - rho)))
-            s[i] = math.sqrt(1 + spread[i] ** 2)
-        else:
-            same, n_same = _pair_mean(scores[:, i], prompt * (response.max() + 1) + response)
-            all_pairs, n_all = _pair_mean(scores[:, i], prompt)
-            if n_same == 0 or n_all == n_same:
-                continue
-            diff = (all_pairs * n_all - same * n_same) / (n_all - n_same)
-            rho_same = latent_correlation(same, cats[i], cats[i])
-            rho_diff = max(0.0, latent_correlation(diff, cats[i], cats[i]))
-            s2 = 1.0 / max(rho_same - rho_diff, 1.0 / (1 + 2 * LIMIT**2))
-            spread[i] = math.sqrt(min(LIMIT**2, rho_diff * s2))
-            noise[i] = math.sqrt(min(LIMIT**2, max(0.0, s2 - 1 - spread[i] ** 2)))
-            s[i] = math.sqrt(1 + spread[i] ** 2 + noise[i] ** 2)
-
-    kinds, scales, means, lows, highs = [], [], [], [], []
-    for i, c in enumerate(cats):
-        values = c.values
-        if values.size == 2 and values[0] == 0 and values[1] > 0:
-            kinds.append("binary")
-            scales.append(float(values[1]))
-            rate = float(c.mass[1])
-            means.append(s[i] * float(_ndtri(np.array(rate))))
-            lows.append(-math.inf)
-            highs.append(math.inf)
             continue
-        mu, sigma = _qq_line(c)
-        kinds.append("continuous")
-        scales.append(sigma / s[i])
-        means.append(mu / scales[-1])
-        lows.append(float(values[0]))
-        highs.append(float(values[-1]))
+        same, n_same = _pair_mean(scores[:, i], w.prompt * (w.response.max() + 1) + w.response)
+        all_pairs, n_all = _pair_mean(scores[:, i], w.prompt)
+        if n_same == 0 or n_all == n_same:
+            continue
+        diff = (all_pairs * n_all - same * n_same) / (n_all - n_same)
+        rho_same = latent_correlation(same, c, c)
+        rho_diff = max(0.0, latent_correlation(diff, c, c))
+        s2 = 1.0 / max(rho_same - rho_diff, 1.0 / (1 + 2 * LIMIT**2))
+        spread[i] = math.sqrt(min(LIMIT**2, rho_diff * s2))
+        noise[i] = math.sqrt(min(LIMIT**2, max(0.0, s2 - 1 - spread[i] ** 2)))
+    return spread, noise, np.sqrt(1 + spread**2 + noise**2)
 
+
+def _marginal(c: Categories, s: float) -> tuple[str, float, float, float, float]:
+    """``(kind, scale, mean, low, high)`` of one component whose latent sd is ``s`` (steps 1–2)."""
+    values = c.values
+    if values.size == 2 and values[0] == 0 and values[1] > 0:
+        return "binary", float(values[1]), s * float(_ndtri(np.array(c.mass[1]))), -math.inf, math.inf
+    mu, sigma = _qq_line(c)
+    scale = sigma / s
+    return "continuous", scale, mu / scale, float(values[0]), float(values[-1])
+
+
+def _correlations(
+    cats: list[Categories], scores: np.ndarray, spread: np.ndarray, noise: np.ndarray, s: np.ndarray
+) -> np.ndarray:
+    """The ``[K, K]`` latent correlation of the responses' levels (step 5), rounded."""
+    k = len(cats)
     corr = np.eye(k)
     both = np.isfinite(scores)
     for i in range(k):
@@ -403,20 +396,34 @@ def fit_scenario(record: RewardsRecord, *, name: str, description: str = "", wha
             ok = both[:, i] & both[:, j]
             if ok.sum() < 2:
                 continue
-            cov = float(np.mean(scores[ok, i] * scores[ok, j]))
-            rho = latent_correlation(cov, cats[i], cats[j])
+            rho = latent_correlation(float(np.mean(scores[ok, i] * scores[ok, j])), cats[i], cats[j])
             shared = spread[i] * spread[j] + 1 + noise[i] * noise[j]
             corr[i, j] = corr[j, i] = float(np.clip(rho * s[i] * s[j] / shared, -1, 1))
     corr = nearest_correlation(corr)
-    decimals = max(3, printable_decimals(corr, fewest=3))
-    corr = np.round(corr, decimals)
+    return np.round(corr, max(3, printable_decimals(corr, fewest=3)))
 
+
+def fit_scenario(record: RewardsRecord, *, name: str, description: str = "", what: str = "") -> Fitted:
+    """A :class:`Scenario` whose rewards look like ``record``'s (see the module docstring);
+    :class:`UserError` naming ``what`` (default: ``name``) when it cannot be fitted."""
+    what = what or name
+    check_fittable(record, what)
+    w = _window(record)
+    k = w.x.shape[1]
+    check_columns(w.x, record.components, f"{what} (its first {w.steps} steps)")
+    scorable = ~np.isnan(w.x).all(axis=1)
+    missing = [float(np.isnan(w.x[scorable, i]).mean()) for i in range(k)]
+    cats = [Categories.of(w.x[:, i][np.isfinite(w.x[:, i])]) for i in range(k)]
+    scores = np.stack([c.scores_of(w.x[:, i]) for i, c in enumerate(cats)], axis=1)  # [n, K]
+    spread, noise, s = _sizes(w, cats, scores)
+    kinds, scales, means, lows, highs = zip(*(_marginal(c, s[i]) for i, c in enumerate(cats)), strict=True)
+    corr = _correlations(cats, scores, spread, noise, s)
     scenario = Scenario(
         name=name,
         description=description or f"Fitted to the rewards of {what}.",
         components=tuple(record.components),
         scales=tuple(_sig(v) for v in scales),
-        weights=tuple(float(w) for w in record.weights),
+        weights=tuple(float(v) for v in record.weights),
         kinds=tuple(kinds),
         noise=tuple(_sig(v) for v in noise),
         means=tuple(_sig(v) for v in means),
@@ -424,11 +431,18 @@ def fit_scenario(record: RewardsRecord, *, name: str, description: str = "", wha
         highs=tuple(v if not math.isfinite(v) else _sig(v) for v in highs),
         corr=tuple(tuple(float(v) for v in row) for row in corr),
         missing=tuple(round(min(v, 0.99), 4) for v in missing) if any(v > 0 for v in missing) else (),
-        unscorable=round(min(unscorable, 0.99), 4),
+        unscorable=round(min(1.0 - float(scorable.mean()), 0.99), 4),
         prompt_spread=tuple(_sig(v) for v in spread) if any(v > 0 for v in spread) else (),
-        group_size=g,
+        group_size=int(record.rewards.shape[2]),
     )
-    return Fitted(scenario, int(scorable.sum()), steps, t_all, tuple(notes))
+    notes = () if w.response is not None else (NOISE_NOTE,)
+    return Fitted(scenario, int(scorable.sum()), w.steps, int(record.rewards.shape[0]), notes)
+
+
+NOISE_NOTE = (
+    "noise 0: a completion's reward is a function of the completion; the rewards cannot tell a "
+    "response's level from sampling noise"
+)
 
 
 def _qq_line(c: Categories) -> tuple[float, float]:

@@ -10,6 +10,11 @@ deterministic on fixed seeds, so a scenario whose key already has a FINISHED run
 not simulated again: a resumed sweep skips it. The report reads the results back from the store
 (:mod:`mrbench.reporting.lab_section`). No report folder and no figures are written here; the
 command logged with each result (``mrbench simulate …``) reproduces its numbers with both.
+
+Once the cells are done, :func:`plan_like` adds one job per task of the sweep: the scenario fitted to
+that task's cells' rewards (``mrbench simulate --like sweep:<name>``, :mod:`mrbench.lab.fit`), logged
+the same way with the tag ``like_task``; the report sets what it predicts beside what the cells
+measured (:mod:`mrbench.reporting.predicted`).
 """
 
 from __future__ import annotations
@@ -52,6 +57,10 @@ class LabJob:
     methods: tuple[str, ...]
     seeds: int
     reps: int
+    like: str = ""
+    """The ``--like`` source of a fitted scenario ("" for a preset)."""
+    task: str = ""
+    """The task whose rewards a fitted scenario was fitted to."""
 
     @property
     def key(self) -> str:
@@ -68,7 +77,8 @@ class LabJob:
     @property
     def command(self) -> str:
         """The ``mrbench simulate`` command that reproduces this result, with its figures."""
-        parts = ["mrbench", "simulate", "--scenario", self.scenario.name, "--methods", ",".join(self.methods)]
+        source = ["--like", self.like] if self.like else ["--scenario", self.scenario.name]
+        parts = ["mrbench", "simulate", *source, "--methods", ",".join(self.methods)]
         return shlex.join([*parts, "--seeds", str(self.seeds)])
 
 
@@ -90,6 +100,41 @@ def plan(
             if m in method_params or m in preset.method_params
         }
         jobs.append(LabJob(replace(preset, method_params=params), names, seeds, reps))
+    return jobs
+
+
+def plan_like(
+    sweep: str,
+    tracking_uri: str,
+    methods: Sequence[str],
+    method_params: Mapping[str, Mapping[str, Any]],
+    seeds: int,
+    say: Callable[[str], Any] = print,
+    reps: int = DEFAULT_REPS,
+) -> list[LabJob]:
+    """A job per task of ``sweep`` whose finished cells kept their rewards: the scenario fitted to
+    them (:func:`mrbench.lab.fit.fit_scenario`) with the sweep's methods and hyper-parameters. A
+    task that cannot be fitted is said (``say``) and left out; so is a sweep without such cells."""
+    from mrbench.core.errors import UserError
+    from mrbench.lab.fit import fit_scenario
+    from mrbench.lab.like import read_like
+
+    source = f"sweep:{sweep}"
+    try:
+        records = read_like(source, tracking_uri)
+    except UserError as exc:
+        say(f"[yellow]no lab on the cells' rewards[/yellow]: {exc}")
+        return []
+    names = tuple(lab_methods(methods))
+    params = {m: dict(method_params[m]) for m in names if m in method_params}
+    jobs = []
+    for one in records:
+        try:
+            fitted = fit_scenario(one.record, name=one.name, what=one.what).scenario
+        except UserError as exc:
+            say(f"[yellow]no lab on the rewards of {one.task}[/yellow]: {exc}")
+            continue
+        jobs.append(LabJob(replace(fitted, method_params=params), names, seeds, reps, source, one.task))
     return jobs
 
 
@@ -157,6 +202,8 @@ def run_jobs(
             {m: run.scores for m, run in result.runs.items()}, reference=REFERENCE_METHOD, reps=job.reps
         )
         tags = {layout.tag(layout.SWEEP): sweep, layout.tag(layout.LAB_KEY): job.key}
+        if job.task:
+            tags[layout.tag(layout.LIKE_TASK)] = job.task
         logged = log_lab(result, summaries, tracking_uri=tracking_uri, command=job.command, tags=tags)
         wall = time.perf_counter() - start
         say(f"lab {name}: {len(job.methods)} methods × {job.seeds} seeds in {wall:.1f} s")

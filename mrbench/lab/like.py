@@ -27,12 +27,13 @@ NO_REWARDS = (
 
 @dataclass(frozen=True)
 class LikeSource:
-    """One record to fit: the scenario's ``name``, ``what`` (how messages name the rewards) and
-    the ``record``."""
+    """One record to fit: the scenario's ``name``, ``what`` (how messages name the rewards), the
+    ``record`` and, from a sweep, its ``task``."""
 
     name: str
     what: str
     record: RewardsRecord
+    task: str = ""
 
 
 def read_like(source: str, tracking_uri: str) -> list[LikeSource]:
@@ -53,7 +54,7 @@ def read_like(source: str, tracking_uri: str) -> list[LikeSource]:
 
 
 def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text) or "rewards"
+    return layout.name_slug(text)
 
 
 def _check_store(tracking_uri: str, source: str) -> None:
@@ -134,9 +135,10 @@ def _read_sweep(name: str, tracking_uri: str) -> list[LikeSource]:
         )
     return [
         LikeSource(
-            f"like-{_slug(name)}-{_slug(task)}",
+            layout.like_scenario(name, task),
             f"sweep {name!r} task {task!r} ({len(recs)} cells)",
             _concat(recs, task),
+            task,
         )
         for task, recs in sorted(by_task.items())
     ]

@@ -23,6 +23,7 @@ shares, improvement) and :mod:`~mrbench.reporting.figures` (figure data, drawn a
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 from mrbench.core import layout
@@ -36,6 +37,7 @@ from mrbench.reporting.figures import FigureQueue, remove_old_figures, write_man
 from mrbench.reporting.findings import findings
 from mrbench.reporting.lab_section import lab_section
 from mrbench.reporting.paper_table import paper_tables
+from mrbench.reporting.predicted import Prediction, read_predictions
 from mrbench.reporting.render import config_details, header, warnings
 from mrbench.reporting.results import results
 from mrbench.reporting.scaling import scaling_section
@@ -44,16 +46,21 @@ from mrbench.store.uri import local_path, missing_sqlite_store
 
 
 def write_report(
-    ctx: ReportContext, out: Path, workers: int | None = None, opening: list[str] | None = None
+    ctx: ReportContext,
+    out: Path,
+    workers: int | None = None,
+    opening: list[str] | None = None,
+    predictions: Mapping[str, Prediction] | None = None,
 ) -> tuple[Path, list[Path]]:
     """Write ``out/report.md``, its figures and their list (:data:`~mrbench.reporting.figures.MANIFEST`)
     for ``ctx``, after deleting the figures the folder's previous report listed; return the
     report's path and the PNGs'. ``opening``: markdown lines between the header and the findings
-    (the lab section)."""
+    (the lab section); ``predictions``: task → the lab on that task's fitted rewards, set in the
+    findings beside what the cells measured (:mod:`mrbench.reporting.predicted`)."""
     out.mkdir(parents=True, exist_ok=True)
     remove_old_figures(out)
     figures = FigureQueue(out, ctx.methods, workers)
-    lines = header(ctx) + (opening or []) + findings(ctx) + warnings(ctx) + config_details(ctx)
+    lines = header(ctx) + (opening or []) + findings(ctx, predictions) + warnings(ctx) + config_details(ctx)
     if not ctx.sel.cells:
         lines += ["No FINISHED runs yet: nothing to compare.", ""]
     else:
@@ -118,7 +125,8 @@ def _build(
         layout.check_readable(run.tags, f"run {run.run_id} of sweep {sweep!r}")
     command, note = _report_command(sweep, uri, out)
     ctx = load_context(sweep, store, runs, command=command, store_note=note, reps=reps)
-    path, pngs = write_report(ctx, out, workers, opening=lab_section(ctx, store))
+    opening, predictions = lab_section(ctx, store), read_predictions(ctx, store)
+    path, pngs = write_report(ctx, out, workers, opening=opening, predictions=predictions)
     return ctx, runs, path, pngs
 
 

@@ -13,11 +13,13 @@ never ranked.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mrbench.core import layout
-from mrbench.reporting import power, stats
+from mrbench.reporting import power, predicted, stats
 from mrbench.reporting.context import ReportContext
+from mrbench.reporting.predicted import Prediction
 from mrbench.reporting.render import fmt
 from mrbench.reporting.select import BASELINE
 
@@ -148,8 +150,10 @@ def task_findings(ctx: ReportContext, task: str) -> list[str]:
     return [*lines, ""]
 
 
-def findings(ctx: ReportContext) -> list[str]:
-    """The ``## Findings`` section (nothing when no run finished)."""
+def findings(ctx: ReportContext, predictions: Mapping[str, Prediction] | None = None) -> list[str]:
+    """The ``## Findings`` section (nothing when no run finished); with ``predictions`` (task → the lab
+    on that task's fitted rewards), each task's table is followed by what the lab predicts for its
+    rewards (:func:`mrbench.reporting.predicted.task_lines`)."""
     if not ctx.sel.cells:
         return []
     grid = ", ".join(map(str, power.POWER_GRID))
@@ -169,4 +173,11 @@ def findings(ctx: ReportContext) -> list[str]:
     ]
     for task in ctx.tasks:
         lines += task_findings(ctx, task)
+        if predictions and task in predictions:
+            measured = {
+                m: predicted.Measured(c.p, c.seeds, seeds_for_power(c, ctx.seed))
+                for m in ctx.methods
+                if m != BASELINE and (c := compare(ctx, task, m)) is not None
+            }
+            lines += predicted.task_lines(ctx, task, predictions[task], measured)
     return lines

@@ -442,20 +442,26 @@ class _SweepLab:
                 self.thread.join(self.JOIN_S)
 
     def finish(self, console: Any) -> None:
-        """Wait for the lab started beside the cells, or run it now; print what it said."""
+        """Wait for the lab started beside the cells, or run it now; then, the cells being done, the
+        scenarios fitted to each task's rewards; print what it said."""
         if self.thread is None:
             self._run()
         else:
             self.thread.join()
+        self._run(fitted=True)
         for line in self.lines:
             console.print(line, highlight=False)
 
-    def _run(self) -> None:
-        from mrbench.lab.in_sweep import plan, run_jobs
+    def _run(self, fitted: bool = False) -> None:
+        from mrbench.lab.in_sweep import plan, plan_like, run_jobs
 
         spec = self.spec
         try:
-            jobs = plan(spec.lab, spec.methods, spec.method_params, spec.lab_seeds)
+            if fitted:  # the scenarios fitted to the cells' rewards (mrbench simulate --like sweep:NAME)
+                say = self.lines.append
+                jobs = plan_like(spec.name, self.uri, spec.methods, spec.method_params, spec.lab_seeds, say)
+            else:
+                jobs = plan(spec.lab, spec.methods, spec.method_params, spec.lab_seeds)
             run_jobs(jobs, sweep=spec.name, tracking_uri=self.uri, say=self.lines.append, stop=self.stop)
         except UserError as exc:
             self.lines.append(f"[yellow]no lab[/yellow]: {exc}")

@@ -103,6 +103,8 @@ def test_the_sweep_runs_its_lab_once_and_its_report_opens_with_the_table(
             f"mrbench simulate --scenario {scenario} --methods grpo,gdpo,corrgrpo --seeds 4"
         )
         assert f"lab {scenario}: 3 methods × 4 seeds" in printed
+    # Then the scenario fitted to each task's cells' rewards, which these fake cells did not keep.
+    assert "no lab on the cells' rewards: --like sweep:labbed: none of its 4 finished cells has" in printed
     report = (tmp_path / "reports" / "labbed" / "report.md").read_text(encoding="utf-8")
     sections = [line for line in report.splitlines() if line.startswith("## ")]
     assert sections[0] == "## Estimator lab: where the estimators differ"
