@@ -492,3 +492,40 @@ def test_gpu_smoke_gives_each_run_one_gpu() -> None:
         "HOME": "/h",
     }
     assert smoke.row_env({"CUDA_VISIBLE_DEVICES": ""}) == {"CUDA_VISIBLE_DEVICES": ""}  # --device cpu
+
+
+def test_a_cell_builds_its_trainer_inside_the_vllm_options(
+    micro_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner builds the trainer (where TRL builds ``vllm.LLM``) inside
+    :func:`~mrbench.engine.grpo_setup.vllm_engine_options` of the cell's spec."""
+    import contextlib
+
+    import mrbench.engine.trainer as trainer_module
+
+    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
+    active: list[Any] = []
+    seen: list[list[Any]] = []
+
+    @contextlib.contextmanager
+    def recording(spec: Any) -> Any:
+        active.append(spec)
+        try:
+            yield
+        finally:
+            active.pop()
+
+    class Stop(Exception):
+        pass
+
+    class Recorder:
+        def __init__(self, **kwargs: Any) -> None:
+            seen.append(list(active))
+            raise Stop
+
+    monkeypatch.setattr(runner, "vllm_engine_options", recording)
+    monkeypatch.setattr(trainer_module, "MultiRewardGRPOTrainer", Recorder)
+    spec = resolve_spec("grpo", FIXED, str(micro_model_dir), 0, train=SMALL)
+    with pytest.raises(Stop):
+        runner.run_cell(spec, tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", experiment="x", progress=False)
+    assert seen == [[spec]]
