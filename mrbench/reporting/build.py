@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.core.names import check_name
+from mrbench.core.names import MAX_DERIVED_LENGTH, check_name
 from mrbench.reporting import stats
 from mrbench.reporting.context import ReportContext, load_context
 from mrbench.reporting.diagnosis import improvement_section, pareto_section, why_section
@@ -88,7 +88,7 @@ def report_folder(sweep: str) -> Path:
     and whose folder resolves to a folder inside ``reports/`` (not a link out of it); else
     :class:`UserError`. An experiment's name may come from anyone who can write to a shared
     tracking store: it must never make a report land, or delete figures, elsewhere."""
-    check_name(sweep, "sweep")
+    check_name(sweep, "sweep", longest=MAX_DERIVED_LENGTH)  # a rehearsal's <name>-rehearsal too
     folder = REPORTS / sweep
     root = REPORTS.resolve()
     if folder.resolve().parent != root:

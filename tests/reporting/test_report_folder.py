@@ -49,5 +49,7 @@ def test_the_default_folder_must_resolve_inside_reports(
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "reports" / "linked").symlink_to(tmp_path / "elsewhere")
     assert report_folder("fine") == Path("reports") / "fine"
+    rehearsal = "x" * 100 + "-rehearsal"  # a name mrbench derives from a valid one is read back
+    assert report_folder(rehearsal) == Path("reports") / rehearsal
     with pytest.raises(UserError, match="outside"):
         report_folder("linked")

@@ -22,13 +22,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write report.md and figures for SWEEP (statistics over seeds, curves, Pareto, diagnostics)."""
         from mrbench.core.errors import UserError
-        from mrbench.core.names import check_name
+        from mrbench.core.names import MAX_DERIVED_LENGTH, check_name
         from mrbench.reporting.build import build_report, report_folder
         from mrbench.store.client import check_tracking_reachable
         from mrbench.store.local import resolve_tracking_uri
         from mrbench.store.uri import sqlite_path
 
-        check_name(sweep, "SWEEP")  # it names an experiment anyone with access to the store could create
+        # SWEEP names an experiment anyone with access to the store could create (or a rehearsal's).
+        check_name(sweep, "SWEEP", longest=MAX_DERIVED_LENGTH)
         folder = out if out is not None else report_folder(sweep)
         check_output_folder(folder, "--out" if out is not None else "the report folder")
         uri = resolve_tracking_uri(tracking_uri)
