@@ -213,11 +213,15 @@ def _data_standins(
                 evals[task] = [
                     standin if d == dataset and kept else d for d in evals[task] if d != dataset or kept
                 ]
-                said = f"→ {standin}" if kept else f"left out ({standin}, its stand-in, is evaluated already)"
+                said = (
+                    f"{standin} instead (ships with mrbench)"
+                    if kept
+                    else f"left out (its stand-in, {standin}, is the cells' own evaluation already)"
+                )
             else:
                 own[setting.rsplit(".", 1)[-1]] = standin
-                said = f"→ {standin}"
-            notes.append(f"{task}: {dataset} ({setting}) is not on this machine: {said} (ships with mrbench)")
+                said = f"{standin} instead (ships with mrbench)"
+            notes.append(f"{task}: {dataset} ({setting}) is not on this machine: {said}")
         elif dataset in _STANDIN_PATH:
             own["data_path"] = str(DATA)
             notes.append(
