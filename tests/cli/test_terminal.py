@@ -65,8 +65,12 @@ def test_run_without_terminal_prints_plain_progress_and_logs_library_output(micr
 
 
 def test_failing_cell_names_its_log_and_verbose_shows_it_live(tmp_path):
+    # It passes the folder check run makes before the store (a known model type, a weights file)
+    # and fails inside the cell, where its files are read.
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
+    (not_a_model / "config.json").write_text('{"model_type": "qwen2"}')
+    (not_a_model / "model.safetensors").write_bytes(b"not safetensors")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     args = ["run", "--model", str(not_a_model), "--tracking-uri", uri, "--verbose", *SMALL]
     proc = _mrbench(args, _env(tmp_path))
