@@ -48,12 +48,14 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, float]:
 
     import mrbench.methods as methods
     from mrbench.engine import cpu_logprob
+    from mrbench.engine.allocator import keep_freed_blocks
     from mrbench.engine.models import load_model, load_tokenizer, model_task_settings, prepare_model
     from mrbench.engine.trainer import MultiRewardGRPOTrainer
     from mrbench.kit.keyvalue import parse_key_values
     from mrbench.tasks import build_task, get_task_entry
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    keep_freed_blocks()  # as every cell process does on the CPU, for every arm (mrbench.engine.allocator)
     model_path = prepare_model(args.model)
     accepted = get_task_entry(args.task).params
     built_for = {k: v for k, v in model_task_settings(args.model).items() if k in accepted}
@@ -98,16 +100,26 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, float]:
                 shared_prefix=arm.endswith("on"),
             )
         shadow_s = time_shadows(trainer)
+        load_before = _load()
         start = time.perf_counter()
         trainer.train()
         elapsed = time.perf_counter() - start
-        lengths = trainer._metrics["train"].get("completions/mean_length", [0.0])
+        lengths = [
+            r["completions/mean_length"] for r in trainer.state.log_history if "completions/mean_length" in r
+        ]
     return {
+        "load": max(load_before, _load()),
         "s_per_step": elapsed / args.steps,
         "shadow_s_per_step": shadow_s[0] / args.steps,
         "mean_completion_length": statistics.fmean(lengths),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+def _load() -> float:
+    """The one-minute load average."""
+    with open("/proc/loadavg") as fh:
+        return float(fh.read().split()[0])
 
 
 def time_shadows(trainer: Any) -> list[float]:
@@ -166,15 +178,17 @@ def main() -> int:
         f"model {args.model}, task {args.task}, {args.prompts}×{args.generations} completions,"
         f" {args.steps} steps × {args.repeats} alternating repeats; load average {' '.join(load)}"
     )
-    print("| trainer | median s/step | vs TRL | runs (s/step) | mean completion tokens | peak RSS MiB |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| trainer | median s/step | vs TRL | runs (s/step) | mean completion tokens | peak RSS MiB | load |"
+    )
+    print("|---|---|---|---|---|---|---|")
     trl = median["TRL"]
     for arm, rs in runs.items():
         each = ", ".join(f"{r['s_per_step']:.2f}" for r in rs)
         print(
             f"| {arm} | {median[arm]:.2f} | {trl / median[arm]:.2f}× faster | {each} |"
             f" {statistics.fmean(r['mean_completion_length'] for r in rs):.1f} |"
-            f" {max(r['peak_rss_mib'] for r in rs):.0f} |"
+            f" {max(r['peak_rss_mib'] for r in rs):.0f} | {max(r['load'] for r in rs):.1f} |"
         )
     shares = [r["shadow_s_per_step"] / r["s_per_step"] for arm in arms[1:] for r in runs[arm]]
     if shares:
