@@ -55,7 +55,7 @@ def _count(n: int) -> str:
 def _to_tensor(rows: Sequence[Sequence[Any]], labels: Sequence[str]) -> Tensor:
     """Rows of raw cells → ``[N, K]`` float64; ``labels[i]`` names row i in messages."""
     if not rows:
-        raise UserError("no reward rows given: expected rows like '1,0.5;0,nan'")
+        raise UserError("no reward rows given (--rewards, --rewards-file): expected rows like '1,0.5;0,nan'")
     width = len(rows[0])
     if width == 0:
         raise UserError(f"{labels[0]} has no reward values")

@@ -259,7 +259,10 @@ def check_outcome(command: str, args: list[str], place: Place) -> Outcome:
         assert outcome.code == 2, context
     if outcome.code == 2:
         named = [a.split("=", 1)[0] for a in args] + [a.split("=", 1)[-1] for a in args]
-        named += [a[:60] for a in args] + [repr(a.split("=", 1)[-1])[:60] for a in args]
+        values = [a.split("=", 1)[-1] for a in args]
+        named += (
+            [a[:60] for a in args] + [repr(v)[:60] for v in values] + [repr(v.strip())[:60] for v in values]
+        )
         named += [a.lstrip("-").replace("-", "_") for a in args if a.startswith("--")]
         named += [a.lstrip("-") for a in args if a.startswith("--")]
         named += ["SWEEP", "sweep setting", "Missing", "No such option"]

@@ -43,7 +43,10 @@ def register(app: typer.Typer) -> None:
 
         if (rewards is None) == (rewards_file is None):
             raise UserError("give exactly one of --rewards or --rewards-file")
-        rows = parse_rewards_text(rewards) if rewards is not None else load_rewards_file(rewards_file)
+        try:
+            rows = parse_rewards_text(rewards) if rewards is not None else load_rewards_file(rewards_file)
+        except UserError as exc:  # the file's errors name the file; the option's, the option
+            raise UserError(f"--rewards: {exc}" if rewards is not None else str(exc)) from None
         grouped = to_groups(rows, group_size)
         w = parse_weights(weights, grouped.shape[-1])
         entry = methods.get_method(method)
