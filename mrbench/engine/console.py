@@ -9,7 +9,8 @@ and logging records go where ``sys.stderr`` goes, so into the file as well.
 
 mrbench's own output (progress, tables, results) goes to :func:`terminal`: the stream stdout was
 when the outermost capture began. With ``--verbose`` (``$MRBENCH_VERBOSE``) the captured output
-is also copied there as it comes.
+is also copied there as it comes, or to stderr for a command whose stdout is its result alone
+(``mrbench eval --json``: ``live_on_stderr``).
 
 :func:`command_log_path` names the log of a command that runs no cell (``mrbench eval``, ``mrbench
 ui``'s server), under ``<results>/logs``, which keeps the newest 100 of them (``$MRBENCH_KEEP_LOGS``;
@@ -113,17 +114,22 @@ def prune_command_logs(folder: Path, *, now: float | None = None) -> list[Path]:
 
 
 @contextlib.contextmanager
-def command_output(command: str, artifact: str | None = None) -> Iterator[Path | None]:
+def command_output(
+    command: str, artifact: str | None = None, *, live_on_stderr: bool = False
+) -> Iterator[Path | None]:
     """:func:`capture_output` into :func:`command_log_path` (``command``) for the block; yields the
     log, or None when the results folder cannot hold it (then the output stays on the terminal).
     ``artifact``: the log's artifact path in the run that :func:`attach_command_log` names during
-    the block (``mrbench eval``'s run), where it is sent when the block ends, however it ends."""
+    the block (``mrbench eval``'s run), where it is sent when the block ends, however it ends.
+    ``live_on_stderr``: the ``--verbose`` copy goes to stderr, not stdout (:func:`capture_output`)."""
     from mrbench.core.errors import UserError
 
     kept_command_logs()  # a bad $MRBENCH_KEEP_LOGS is the user's to fix, not a reason for no log
     with contextlib.ExitStack() as stack:
         try:
-            path: Path | None = stack.enter_context(capture_output(command_log_path(command)))
+            path: Path | None = stack.enter_context(
+                capture_output(command_log_path(command), live_on_stderr=live_on_stderr)
+            )
         except (OSError, UserError):
             path = None
         out = CellOutput(path, artifact=artifact) if path is not None and artifact else None
@@ -154,6 +160,7 @@ class _Capture:
     stream: TextIO
     log_file: Any
     tee: threading.Thread | None = None
+    live: TextIO | None = None  # the --verbose copy's stream when opened here (closed at the end)
 
 
 _stack: list[_Capture] = []
@@ -210,11 +217,14 @@ def _copy_out(read_fd: int, log_file: Any, out: TextIO) -> None:
 
 
 @contextlib.contextmanager
-def capture_output(path: Path, *, verbose: bool | None = None) -> Iterator[Path]:
+def capture_output(
+    path: Path, *, verbose: bool | None = None, live_on_stderr: bool = False
+) -> Iterator[Path]:
     """Within the block, everything written to fds 1 and 2 (and ``sys.stdout``/``sys.stderr``)
     goes to the file ``path`` (truncated), and also to :func:`terminal` when ``verbose`` (default:
-    :func:`verbose`). Nested captures go to their own file and restore the outer one; a nested
-    capture of the file already in use changes nothing. Yields ``path``."""
+    :func:`verbose`), or to stderr as it was with ``live_on_stderr`` (stdout stays the command's
+    own, e.g. ``mrbench eval --json``'s JSON alone). Nested captures go to their own file and
+    restore the outer one; a nested capture of the file already in use changes nothing. Yields ``path``."""
     path = Path(path)
     if _stack and _stack[-1].path == path:
         yield path
@@ -235,11 +245,15 @@ def capture_output(path: Path, *, verbose: bool | None = None) -> Iterator[Path]
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     log_file = open(os.open(path, flags, 0o644), "wb", buffering=0)  # closed at the end
     saved_fds = (os.dup(1), os.dup(2))
-    tee = None
+    tee = live = None
     if show:
+        out = terminal()
+        if live_on_stderr:
+            out, owned = _stable(sys.stderr)
+            live = out if owned else None
         read_fd, write_fd = os.pipe()
         tee = threading.Thread(
-            target=_copy_out, args=(read_fd, log_file, terminal()), daemon=True, name="mrbench-tee"
+            target=_copy_out, args=(read_fd, log_file, out), daemon=True, name="mrbench-tee"
         )
         tee.start()
         target = write_fd
@@ -250,7 +264,7 @@ def capture_output(path: Path, *, verbose: bool | None = None) -> Iterator[Path]
     if show:
         os.close(target)  # fds 1 and 2 hold the pipe now; the copier ends when they let go
     stream = open(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
-    capture = _Capture(path, saved_fds, (sys.stdout, sys.stderr), stream, log_file, tee)
+    capture = _Capture(path, saved_fds, (sys.stdout, sys.stderr), stream, log_file, tee, live)
     _stack.append(capture)
     sys.stdout = sys.stderr = stream
     if own is not None:
@@ -277,6 +291,9 @@ def _restore(capture: _Capture) -> None:
         capture.stream.close()
     if capture.tee is not None:
         capture.tee.join(TEE_JOIN_S)
+    if capture.live is not None:
+        with contextlib.suppress(Exception):
+            capture.live.close()
     capture.log_file.close()
     if not _stack:
         if _owned_terminal and _owned_terminal[0]:

@@ -196,3 +196,17 @@ def test_verbose_capture_copies_to_the_terminal_too(tmp_path, capfd):
     out, _ = capfd.readouterr()
     assert "shown live" in logged and "and from fd 2" in logged
     assert "shown live" in out and "and from fd 2" in out
+
+
+def test_verbose_capture_on_stderr_keeps_stdout_for_the_result(tmp_path, capfd):
+    """``mrbench eval --json --verbose``: the live copy goes to stderr; stdout is the JSON alone."""
+    path = tmp_path / "eval.log"
+    with console.capture_output(path, verbose=True, live_on_stderr=True):
+        subprocess.run([sys.executable, "-c", "print('shown live')"])
+        os.write(2, b"and from fd 2\n")
+    print("{}")
+    logged = path.read_text()
+    out, err = capfd.readouterr()
+    assert "shown live" in logged and "and from fd 2" in logged
+    assert out == "{}\n"
+    assert "shown live" in err and "and from fd 2" in err

@@ -120,7 +120,9 @@ def eval_cmd(
         precision=precision,
     )
     uri = resolve_tracking_uri(tracking_uri)
-    report, log_path = run_logged(spec, tracking_uri=uri, experiment=experiment, verbose=verbose)
+    report, log_path = run_logged(
+        spec, tracking_uri=uri, experiment=experiment, verbose=verbose, json_output=json_output
+    )
     if json_output:
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
         if log_path is not None:  # stdout is the JSON alone
@@ -130,11 +132,17 @@ def eval_cmd(
 
 
 def run_logged(
-    spec: EvalSpec, *, tracking_uri: str, experiment: str, verbose: bool = False
+    spec: EvalSpec,
+    *,
+    tracking_uri: str,
+    experiment: str,
+    verbose: bool = False,
+    json_output: bool = False,
 ) -> tuple[EvalReport, Path | None]:
     """Evaluate ``spec`` and log it as one run of ``experiment``, with what the libraries print kept
     in the evaluation's log (:func:`mrbench.engine.console.command_output`; also shown live with
-    ``verbose``); returns the report and the log (None if the results folder cannot hold it).
+    ``verbose``, on stderr with ``json_output``: stdout is the JSON alone); returns the report and
+    the log (None if the results folder cannot hold it).
 
     An interrupted evaluation says on stderr that its run is marked KILLED, a failed one names its
     log; both re-raise (a :class:`UserError` is the one line the CLI prints)."""
@@ -146,7 +154,9 @@ def run_logged(
         console.set_verbose()
     log_path = None
     try:
-        with console.command_output("eval", artifact=layout.EVAL_LOG_ARTIFACT) as log_path:
+        with console.command_output(
+            "eval", artifact=layout.EVAL_LOG_ARTIFACT, live_on_stderr=json_output
+        ) as log_path:
             return run_eval(spec, tracking_uri=tracking_uri, experiment=experiment), log_path
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (mrbench.core.interrupts)
         typer.echo(
