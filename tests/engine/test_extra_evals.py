@@ -58,7 +58,13 @@ def test_the_eval_key_round_trips_and_is_not_in_the_run_key(tmp_path) -> None:
     again = tmp_path / "again.yaml"
     again.write_text(yaml.safe_dump(spec.to_dict()))
     assert build_sweep_spec(config=again) == spec
-    assert PRESETS["smoke"].eval == {} and PRESETS["paper"].eval == {}  # presets: no extra evaluations
+    assert PRESETS["smoke"].eval == {}  # smoke: the cells' own evaluations only
+    # paper: each domain's further benchmarks (docs/paper.md, its data table's `eval` rows)
+    assert PRESETS["paper"].eval == {
+        "code-generation": ("mbpp", "livecodebench"),
+        "tool-calling": ("apibank", "bfcl"),
+        "agent-security": ("asb", "injecagent"),
+    }
     without = apply_settings(spec, {"eval": {}})
     keys = [c.key for c in expand_grid(spec).cells]
     assert keys == [c.key for c in expand_grid(without).cells]
