@@ -82,6 +82,19 @@ def random_generator():
 
 
 @pytest.fixture(autouse=True)
+def _environment_restored():
+    """What a test leaves in ``os.environ`` does not reach later tests or the cells they start:
+    commands run in process write it on purpose (``--verbose`` sets ``MRBENCH_VERBOSE`` for their
+    workers), and libraries do (TRL's colocated vLLM writes ``RANK``, ``WORLD_SIZE`` and
+    ``MASTER_PORT``, after which a cell takes itself for a rank of a process group)."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
 def _registries_restored():
     """What a test registers (a ``module:attr`` name, a decorated plugin) does not leak into later
     tests, which iterate every registered method or task."""

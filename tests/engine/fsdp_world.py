@@ -10,7 +10,7 @@ two-layer model and takes one AdamW step; reports what accelerate made of it
 (``rank<r>.json``); and saves the model and optimizer with accelerate's own
 ``save_fsdp_model``/``save_fsdp_optimizer`` in both FSDP state-dict types
 (``FULL_STATE_DICT/``, ``SHARDED_STATE_DICT/``): the files a trainer writes into an FSDP
-checkpoint. The ranks are forked, so they start with torch and accelerate imported.
+checkpoint. The ranks are spawned, fresh as a cell's ranks are.
 """
 
 from __future__ import annotations
@@ -114,10 +114,11 @@ def _rank(process_rank: int, world: int, port: int, out: str) -> None:
 @pytest.fixture(scope="session")
 def fsdp_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of the world's reports (``rank<r>.json``) and saved FSDP layouts."""
-    import accelerate  # noqa: F401  (imported before the ranks fork)
-
     out = tmp_path_factory.mktemp("fsdp-world")
+    # Spawned, not forked: pytest's earlier tests leave torch's thread pools and accelerate's
+    # singleton state in this process, which a forked rank inherits (it then hangs in the first
+    # collective, or finds a one-process state and no group); a cell's rank starts fresh.
     mp.start_processes(
-        _rank, args=(WORLD, distributed.free_port(), str(out)), nprocs=WORLD, start_method="fork"
+        _rank, args=(WORLD, distributed.free_port(), str(out)), nprocs=WORLD, start_method="spawn"
     )
     return out

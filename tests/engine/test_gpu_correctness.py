@@ -367,6 +367,12 @@ def test_vllm_generates_in_the_cells_precision(
 
     monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
     monkeypatch.setattr(vllm_generation, "LLM", FakeLLM, raising=False)
+    # TRL's colocated vLLM writes RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT into
+    # this process's environment; left there, every later cell started from this pytest process
+    # would take itself for a rank of a multi-process group on port 29500.
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)  # undone at teardown: back to what it was (absent or its value)
     tok = load_tokenizer(str(micro_model_dir))
     for precision, dtype in [("bf16", "bfloat16"), ("fp32", "float32")]:
         train = {**SMALL, "use_vllm": "true", "precision": precision}
