@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from simulate_app import make_app
 
 from mrbench.cli.app import main
 from mrbench.core.records import RewardsRecord
 from mrbench.lab.config import load_config
 from mrbench.lab.fit import fit_scenario, sample_rewards
 from mrbench.lab.presets import KEY_SCORES, PRESETS, get_scenario
-from tests.lab.test_lab_cli import make_app
 
 # Tolerances of the recovered parameters (latent units unless noted), from 512 prompts × 16 steps × G 8.
 SCALE_REL = 0.1  # relative

@@ -6,23 +6,11 @@ import json
 import sys
 
 import pytest
-import typer
+from simulate_app import make_app
 from typer.testing import CliRunner
 
 from mrbench.cli.app import main
-from mrbench.cli.commands import simulate as simulate_command
 from mrbench.core import layout
-
-
-def make_app() -> typer.Typer:
-    app = typer.Typer()
-    simulate_command.register(app)
-
-    @app.command()
-    def other() -> None:  # a second command keeps `simulate` a subcommand
-        """Unused."""
-
-    return app
 
 
 @pytest.fixture(scope="module")
