@@ -35,8 +35,8 @@ from mrbench.core.standin import PREFIX, is_standin, stood_for
 from mrbench.engine.pretrained import MODEL_MARKER
 
 __all__ = ["FAMILIES", "family_of", "is_standin", "prepare_standin", "standin_name", "stood_for"]
-STANDIN_VERSION = 2
-MEAN_TOKENS = 24
+STANDIN_VERSION = 3
+MEAN_TOKENS = 12
 """Mean completion length of a stand-in (its end-of-sequence probability is 1 / MEAN_TOKENS)."""
 SHARED = 1.0
 """Norm of the direction every input embedding shares (random rows have norm ≈ 0.02·√hidden)."""
@@ -47,14 +47,18 @@ class StandinShape:
     """The architecture of a family's stand-in (the family's config class, these sizes)."""
 
     family: str
-    hidden_size: int = 64
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    intermediate_size: int = 128
+    # One layer of two query heads sharing one key/value head (grouped-query attention, as in the
+    # family): a rehearsal's CPU time is mostly attention over the paper's long prompts (agent
+    # security: ~1,100 tokens), and it grows with layers × heads.
+    hidden_size: int = 32
+    num_hidden_layers: int = 1
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    intermediate_size: int = 64
     vocab_size: int = 2048
     max_position_embeddings: int = 32768
     demos_per_task: int = 60
+    prompts_per_task: int = 200
 
 
 FAMILIES: dict[str, StandinShape] = {"qwen2": StandinShape("qwen2"), "qwen3": StandinShape("qwen3")}
@@ -90,7 +94,7 @@ def eos_pull(shape: StandinShape, vocab: int) -> float:
     ≈ ``√H · u`` after the final RMSNorm).
 
     >>> round(eos_pull(FAMILIES["qwen2"], 2048), 3)
-    0.561
+    0.924
     """
     return math.log((vocab - 1) / (MEAN_TOKENS - 1)) / math.sqrt(shape.hidden_size)
 
@@ -117,15 +121,19 @@ def _config(shape: StandinShape, tok: Any) -> Any:
     return Qwen2Config(**kwargs)
 
 
-def build_standin(shape: StandinShape, out_dir: Path, demos: list[tuple[list[dict], str]]) -> dict[str, Any]:
-    """Train the tokenizer, build the model of ``shape.family`` with its end-of-sequence pull
-    (module docstring), save both to ``out_dir``; returns what ``mrbench_model.json`` records."""
+def build_standin(
+    shape: StandinShape, out_dir: Path, demos: list[tuple[list[dict], str]], prompts: list[str] = ()
+) -> dict[str, Any]:
+    """Train the tokenizer on ``demos`` and ``prompts`` (texts, :func:`task_prompts`), build the model
+    of ``shape.family`` with its end-of-sequence pull (module docstring), save both to ``out_dir``;
+    returns what ``mrbench_model.json`` records."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from mrbench.engine.tiny import CHAT_TEMPLATE, check_tokenizer_round_trip, train_tokenizer
 
     texts = [m["content"] for prompt, _ in demos for m in prompt] + [c for _, c in demos]
+    texts.extend(prompts)
     texts.extend(CHAT_TEMPLATE.split("{%"))
     trained = train_tokenizer(texts, shape.vocab_size)
     config = _config(shape, trained)
@@ -161,6 +169,33 @@ def build_standin(shape: StandinShape, out_dir: Path, demos: list[tuple[list[dic
     }
 
 
+def task_prompts(per_task: int) -> list[str]:
+    """The texts of the first ``per_task`` training prompts of every built-in task at its default
+    settings (a task whose package is missing is left out).
+
+    Why: the tiny models' demonstrations use compact settings, so a tokenizer trained on them alone
+    has never seen most words of the full prompts (agent security's tool descriptions and
+    environments) and cuts them into pieces: 1,404 tokens for an AgentDojo prompt that the same
+    pre-tokenizer, with every word of the task in its vocabulary, cuts into about 1,090 (Qwen's
+    real tokenizer shares that pre-tokenizer and knows those words). Sequence lengths, and so a
+    rehearsal's memory and time, then follow the real model's more closely.
+    """
+    import mrbench.tasks as tasks
+
+    texts: list[str] = []
+    for name in tasks.TASKS.builtin_names():
+        try:
+            task = tasks.build_task(name, {})
+        except ImportError:
+            continue
+        try:
+            samples = task.train_samples()[:per_task]
+        finally:
+            task.close()
+        texts.extend(m["content"] for sample in samples for m in sample.prompt)
+    return texts
+
+
 def cache_key(shape: StandinShape) -> str:
     """Hash of the stand-in's recipe. The demonstrations its tokenizer is trained on are not in it:
     collecting them costs seconds at every cell start, and a stand-in only needs a tokenizer that
@@ -185,7 +220,7 @@ def prepare_standin(name: str, root: Path) -> str:
         tmp = root / f".building-{final.name}"
         shutil.rmtree(tmp, ignore_errors=True)
         demos, _used = collect_demonstrations(shape.demos_per_task, seed=0)
-        meta = build_standin(shape, tmp, demos)
+        meta = build_standin(shape, tmp, demos, task_prompts(shape.prompts_per_task))
         (tmp / MODEL_MARKER).write_text(json.dumps(meta, indent=2))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)

@@ -77,7 +77,7 @@ def rehearsal_spec(
     """The rehearsal of ``spec``: the same cells and settings with the changes of the module
     docstring. ``missing(spec)``: the datasets not on this machine, ``(task, dataset, setting)``
     (default :func:`missing_datasets`, the sweep's own data check)."""
-    from mrbench.engine.standin import family_of, standin_name
+    from mrbench.engine.standin import MEAN_TOKENS, family_of, standin_name
 
     notes: list[str] = []
     models = sorted({m for t in spec.tasks for m in spec.models_for(t)})
@@ -86,7 +86,7 @@ def rehearsal_spec(
     notes.append(
         "models: stand-ins of their families ("
         + ", ".join(f"{m} → {_family_class(m)}" for m in models)
-        + "; random weights that end a completion after ~24 tokens, engine/standin.py)"
+        + f"; random weights that end a completion after ~{MEAN_TOKENS} tokens, engine/standin.py)"
     )
     standin = {m: standin_name(m) for m in models}
     task_params, evals, data_notes = _data_standins(spec, missing or missing_datasets)

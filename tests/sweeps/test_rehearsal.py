@@ -15,7 +15,7 @@ import pytest
 from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.core.records import SweepRecord
-from mrbench.engine.standin import FAMILIES, _config, eos_pull, family_of, standin_name
+from mrbench.engine.standin import FAMILIES, MEAN_TOKENS, _config, eos_pull, family_of, standin_name
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.paper_table import paper_tables
 from mrbench.reporting.select import ordered, select_runs, task_info
@@ -72,12 +72,13 @@ def test_stand_in_families_follow_the_model_names() -> None:
 
     assert type(_config(FAMILIES["qwen3"], Tok())).__name__ == "Qwen3Config"
     assert type(_config(FAMILIES["qwen2"], Tok())).__name__ == "Qwen2Config"
-    # The end-of-sequence pull gives 1/24 per token: e^{a√H} / (e^{a√H} + V - 1) = 1/24.
+    # The end-of-sequence pull gives 1/MEAN_TOKENS per token: e^{a√H} / (e^{a√H} + V - 1) = 1/MEAN_TOKENS.
     import math
 
     a = eos_pull(FAMILIES["qwen2"], 300)
-    p = math.exp(a * 8) / (math.exp(a * 8) + 299)
-    assert abs(p - 1 / 24) < 1e-9
+    root_h = math.sqrt(FAMILIES["qwen2"].hidden_size)
+    p = math.exp(a * root_h) / (math.exp(a * root_h) + 299)
+    assert abs(p - 1 / MEAN_TOKENS) < 1e-9
 
 
 def test_missing_data_gets_the_bundled_stand_ins_and_says_so() -> None:
