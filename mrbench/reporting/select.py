@@ -166,9 +166,14 @@ def common(values: Sequence[str], default: str = "") -> str:
 
 def ordered(names: set[str] | list[str], preferred: Sequence[str]) -> list[str]:
     """``names`` in the ``preferred`` order (the sweep config's), then the rest sorted with the
-    baseline first."""
+    baseline first; each name once (a model that several tasks of a sweep name comes up once per
+    task in the config's order).
+
+    >>> ordered({"b", "c", "a"}, ["c", "b", "c"])
+    ['c', 'b', 'a']
+    """
     names = set(names)
-    head = [n for n in preferred if n in names]
+    head = [n for n in dict.fromkeys(preferred) if n in names]
     rest = sorted(names - set(head), key=lambda n: (n != BASELINE, n))
     return head + rest
 

@@ -361,9 +361,12 @@ def ensure_experiment(name: str, tracking_uri: str, *, client: Any = None) -> st
 
     ``client``: the ``MlflowClient`` (or :class:`RetryingClient`) to use; a plain one by default.
     """
-    from mlflow.tracking import MlflowClient
+    if client is None:
+        # Imported only here: a rank > 0 of a multi-process cell passes its SilentClient and never
+        # needs MLflow (its import is ~2 s of CPU in every rank of every cell).
+        from mlflow.tracking import MlflowClient
 
-    client = client if client is not None else MlflowClient(tracking_uri=tracking_uri)
+        client = MlflowClient(tracking_uri=tracking_uri)
     reroot_own_store(tracking_uri)  # before a new run takes its location from the experiment's
     existing = client.get_experiment_by_name(name)
     if existing is not None:
