@@ -49,7 +49,7 @@ class StandinShape:
     family: str
     # One layer of two query heads sharing one key/value head (grouped-query attention, as in the
     # family): a rehearsal's CPU time is mostly attention over the paper's long prompts (agent
-    # security: ~1,100 tokens), and it grows with layers × heads.
+    # security: ~1,190 tokens), and it grows with layers × heads.
     hidden_size: int = 32
     num_hidden_layers: int = 1
     num_attention_heads: int = 2
@@ -176,7 +176,7 @@ def task_prompts(per_task: int) -> list[str]:
     Why: the tiny models' demonstrations use compact settings, so a tokenizer trained on them alone
     has never seen most words of the full prompts (agent security's tool descriptions and
     environments) and cuts them into pieces: 1,404 tokens for an AgentDojo prompt that the same
-    pre-tokenizer, with every word of the task in its vocabulary, cuts into about 1,090 (Qwen's
+    pre-tokenizer, with every word of the task in its vocabulary, cuts into about 1,190 (Qwen's
     real tokenizer shares that pre-tokenizer and knows those words). Sequence lengths, and so a
     rehearsal's memory and time, then follow the real model's more closely.
     """
