@@ -10,8 +10,10 @@ seen through the component's kind (``scale · 1[y > 0]``, or ``clip(scale · y, 
 reads every parameter of that model off the rewards of the run's first quarter of steps (the lab
 starts from the uniform policy: the run's start is what it models), as a Gaussian copula:
 
-1. **Kind and range**: a component whose values are 0 and one c > 0 is binary with scale c;
-   any other is continuous with its observed range as ``lows``/``highs``.
+1. **Kind and range**: a component whose values are 0 and one c > 0 is binary with scale c, and
+   one of two other values a < b the binary ``{0, b − a}`` (a constant shift of a component changes
+   no estimator's advantages and none of the lab's per-prompt normalised figures; the fit says so
+   in a note); any other is continuous with its observed range as ``lows``/``highs``.
 2. **Marginal**: a binary component's rate p gives ``mean = s · Φ⁻¹(p)``, where
    ``s² = spread² + 1 + noise²`` is its latent variance; a continuous one's latent normal
    ``N(μ, σ²)`` (reward units) is the least-squares line of its normal QQ plot, the mass at a
@@ -377,8 +379,14 @@ def _sizes(w: _Window, cats: list[Categories], scores: np.ndarray) -> tuple[np.n
 def _marginal(c: Categories, s: float) -> tuple[str, float, float, float, float]:
     """``(kind, scale, mean, low, high)`` of one component whose latent sd is ``s`` (steps 1–2)."""
     values = c.values
-    if values.size == 2 and values[0] == 0 and values[1] > 0:
-        return "binary", float(values[1]), s * float(_ndtri(np.array(c.mass[1]))), -math.inf, math.inf
+    if values.size == 2:  # {0, b}; or {a, b}, fitted as {0, b − a} (see two_valued_note)
+        return (
+            "binary",
+            float(values[1] - values[0]),
+            s * float(_ndtri(np.array(c.mass[1]))),
+            -math.inf,
+            math.inf,
+        )
     mu, sigma = _qq_line(c)
     scale = sigma / s
     return "continuous", scale, mu / scale, float(values[0]), float(values[-1])
@@ -435,8 +443,24 @@ def fit_scenario(record: RewardsRecord, *, name: str, description: str = "", wha
         prompt_spread=tuple(_sig(v) for v in spread) if any(v > 0 for v in spread) else (),
         group_size=int(record.rewards.shape[2]),
     )
-    notes = () if w.response is not None else (NOISE_NOTE,)
+    notes = tuple(
+        two_valued_note(name_, c.values)
+        for name_, c in zip(record.components, cats, strict=True)
+        if c.values.size == 2 and c.values[0] != 0
+    )
+    notes += () if w.response is not None else (NOISE_NOTE,)
     return Fitted(scenario, int(scorable.sum()), w.steps, int(record.rewards.shape[0]), notes)
+
+
+def two_valued_note(component: str, values: np.ndarray) -> str:
+    """Why a component of two values ``a < b`` with ``a ≠ 0`` is fitted as the binary ``{0, b − a}``:
+    every estimator centres rewards within a group and the lab's metrics are normalised per prompt,
+    so a constant shift of one component changes no advantage and no figure."""
+    a, b = float(values[0]), float(values[1])
+    return (
+        f"{component}: two values, {a:g} and {b:g}: fitted as binary 0 / {b - a:g} "
+        "(a constant shift changes no advantage)"
+    )
 
 
 NOISE_NOTE = (

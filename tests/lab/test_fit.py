@@ -90,6 +90,38 @@ def test_without_response_ids_noise_is_zero_and_the_spread_still_shows() -> None
     np.testing.assert_allclose(rates, np.nanmean(record.rewards.reshape(-1, 3), axis=0), atol=0.03)
 
 
+def test_a_component_of_two_values_not_starting_at_zero_fits_as_its_shifted_binary() -> None:
+    """Tool calling's ``values`` reward takes −1.5 and 0 in a smol run; that fit failed ("values do not
+    rise with their rank"). Shifted by a constant, a component gives every estimator the same
+    advantages, so it is fitted as the binary ``{0, b − a}``: the same fit as the unshifted rewards."""
+    import torch
+
+    import mrbench.methods as methods
+
+    preset = get_scenario("collapse")
+    record = _sample(preset)
+    scale = preset.scales[1]
+    shifted_rewards = record.rewards.copy()
+    shifted_rewards[..., 1] -= scale  # {0, c} → {−c, 0}
+    shifted = replace(record, rewards=shifted_rewards)
+    plain, moved = fit_scenario(record, name="plain"), fit_scenario(shifted, name="moved")
+    assert moved.scenario.kinds == plain.scenario.kinds == preset.kinds
+    assert moved.scenario.scales == plain.scenario.scales and moved.scenario.means == plain.scenario.means
+    assert moved.scenario.corr == plain.scenario.corr
+    assert [n for n in moved.notes if n not in plain.notes] == [
+        f"{preset.components[1]}: two values, {-scale:g} and 0: fitted as binary 0 / {scale:g} "
+        "(a constant shift changes no advantage)"
+    ]
+    weights = torch.tensor(preset.weights)
+    groups = torch.as_tensor(record.rewards[0], dtype=torch.float32)  # [prompts, G, K]
+    moved_groups = torch.as_tensor(shifted_rewards[0], dtype=torch.float32)
+    for name in ("grpo", "gdpo", "corrgrpo"):
+        method = methods.get_method(name).obj
+        torch.testing.assert_close(
+            method(moved_groups, weights), method(groups, weights), atol=1e-5, rtol=1e-5
+        )
+
+
 # ------------------------------------------------------------------------------------ verdicts
 
 
