@@ -50,6 +50,7 @@ from typing import Any
 from mrbench.core.errors import UserError
 from mrbench.core.registry import import_target
 from mrbench.engine.checkpoints import CellFolder
+from mrbench.engine.rank_fork import can_fork, fork_ranks, rank_environments
 from mrbench.store.faults import OutOfRoom
 
 DISTRIBUTED = ("ddp", "fsdp", "zero3")
@@ -291,6 +292,7 @@ def launch_cell(
     cell_fn: str = DEFAULT_CELL_FN,
     threads: int = 0,
     log: Path | None = None,
+    fork: bool = False,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Run ``cell_fn(spec, **kwargs)`` in ``processes`` processes; return rank 0's result as a dict.
@@ -298,9 +300,11 @@ def launch_cell(
     ``spec``: a :class:`~mrbench.engine.config.RunSpec` (or any spec with ``to_dict``/``from_dict``);
     ``cell_fn``: its ``"module:attr"``; ``threads``: the cell's thread budget, shared by its
     processes (0: torchrun's default of one each); ``log``: a file for the processes' output
-    (default: this process's). A :class:`UserError` raised in a rank is raised here as one; any
-    other failure as a RuntimeError naming it. A stop signal (KeyboardInterrupt) is passed on
-    to every rank, which ends its run KILLED, then re-raised.
+    (default: this process's); ``fork``: on a CPU, fork the ranks from this process instead of
+    starting them with ``accelerate launch`` (:mod:`mrbench.engine.rank_fork`; only from a process
+    of the cell's own that has done no torch work yet). A :class:`UserError` raised in a rank is
+    raised here as one; any other failure as a RuntimeError naming it. A stop signal
+    (KeyboardInterrupt) is passed on to every rank, which ends its run KILLED, then re-raised.
     """
     check_processes(processes, distributed)
     per_process(spec.train.prompts_per_step, processes)
@@ -327,7 +331,14 @@ def launch_cell(
                 }
             )
         )
-        command = launch_command(processes, distributed, payload, port=free_port())
+        port = free_port()
+        if fork and can_fork(distributed):
+            config = preset_config(distributed)
+            environments = rank_environments(processes, config, payload, port=port, base=env)
+            code = fork_ranks(environments, lambda: main([str(payload)]), log=log, grace_s=STOP_GRACE_S)
+            ends = [json.loads(path.read_text()) for path in sorted(Path(tmp).glob("result*.json"))]
+            return _outcome(ends, code, processes)
+        command = launch_command(processes, distributed, payload, port=port)
         out = log.open("ab") if log is not None else None
         try:
             # Own process group: a stop signal is passed on once, to every rank at the same time.

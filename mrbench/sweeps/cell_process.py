@@ -135,10 +135,12 @@ def cell_payload(
     }
 
 
-def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
+def run_payload(payload: dict[str, Any], *, fork_ranks: bool = False) -> dict[str, Any]:
     """Run the cell described by ``payload``; return ``{"status", "run_id", "wall_s", "error"}``.
 
-    KeyboardInterrupt propagates (the cell function has ended its run KILLED).
+    ``fork_ranks``: a multi-process cell's ranks may be forked from this process where that is safe
+    (:mod:`mrbench.engine.rank_fork`): a worker process of its own, not a Ray task (whose worker
+    holds threads). KeyboardInterrupt propagates (the cell function has ended its run KILLED).
     """
     threads = int(payload.get("threads") or 0)
     if threads:  # before the cell function imports torch: its pool starts at this size
@@ -167,6 +169,7 @@ def run_payload(payload: dict[str, Any]) -> dict[str, Any]:
                 distributed=payload.get("distributed") or "ddp",
                 cell_fn=payload["cell_fn"],
                 threads=threads,
+                fork=fork_ranks,
                 **kwargs,
             )
             result: Any = SimpleNamespace(**outcome)
@@ -217,7 +220,7 @@ def run_worker(payload: dict[str, Any], parent_pid: int | None) -> int:
         _die_with_parent(parent_pid)
     result_path = Path(payload["result"]) if payload.get("result") else None
     try:
-        result = run_payload(payload)
+        result = run_payload(payload, fork_ranks=True)  # this process is the cell's alone
     except KeyboardInterrupt:
         result = {"status": "KILLED", "run_id": None, "wall_s": 0.0, "error": "interrupted"}
     if result_path is not None:

@@ -232,33 +232,100 @@ class ToyResult:
     run_id: str
     world_size: int
     ranks_seen: str
+    forked: bool
+    env: dict[str, str] = field(default_factory=dict)
 
 
-def toy_cell(spec: ToySpec, *, tag: str) -> ToyResult:
-    """Every rank: fail with a UserError when asked to; else return what rank 0 knows."""
+LAUNCH_VARS = (
+    *("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "GROUP_RANK"),
+    *("GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "OMP_NUM_THREADS"),
+)
+"""What torchrun sets per rank (and the thread share): a forked rank must see the same."""
+
+
+def toy_cell(spec: ToySpec, *, tag: str, launcher: int) -> ToyResult:
+    """Every rank: fail with a UserError, or crash as a rehearsal does, when asked to; else return
+    what rank 0 knows, with the launch variables it sees (``env``) when asked."""
     if spec.name == "fail" and distributed.rank() == 1:
         raise UserError("rank 1 refuses")
     if spec.name == "fail":  # rank 0 waits for rank 1's failure to end the launch
         import time
 
         time.sleep(60)
-    return ToyResult(f"{tag}-{distributed.rank()}", distributed.world_size(), os.environ.get("RANK", ""))
+    if spec.name == "crash" and distributed.rank() == 0:  # as resume.py's rehearsed crash
+        import signal
 
-
-def test_launch_cell_returns_rank_zeros_result(monkeypatch, tmp_path):
-    monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
-    result = launch_cell(
-        ToySpec("ok"), processes=2, cell_fn=f"{Path(__file__).stem}:toy_cell", threads=2, tag="t"
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    env = {}
+    if spec.name == "env":
+        env = {
+            k: v for k, v in os.environ.items() if k.startswith(("ACCELERATE_", "FSDP_")) or k in LAUNCH_VARS
+        }
+    return ToyResult(
+        f"{tag}-{distributed.rank()}",
+        distributed.world_size(),
+        os.environ.get("RANK", ""),
+        forked=os.getppid() == launcher,
+        env=env,
     )
-    assert result == {"run_id": "t-0", "world_size": 2, "ranks_seen": "0"}
 
 
-def test_launch_cell_raises_a_ranks_user_error(monkeypatch, tmp_path):
+def _toy_launch(name: str, fork: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **kw: Any) -> dict:
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(HERE))  # a forked rank imports the cell function here
+    cell_fn = f"{Path(__file__).stem}:toy_cell"
+    return launch_cell(
+        ToySpec(name), processes=2, cell_fn=cell_fn, fork=fork, tag="t", launcher=os.getpid(), **kw
+    )
+
+
+@pytest.mark.parametrize("fork", [False, True], ids=["accelerate-launch", "forked"])
+def test_launch_cell_returns_rank_zeros_result(fork, monkeypatch, tmp_path):
+    result = _toy_launch("ok", fork, monkeypatch, tmp_path, threads=2)
+    assert result == {"run_id": "t-0", "world_size": 2, "ranks_seen": "0", "forked": fork, "env": {}}
+
+
+@pytest.mark.parametrize("fork", [False, True], ids=["accelerate-launch", "forked"])
+def test_launch_cell_raises_a_ranks_user_error(fork, monkeypatch, tmp_path):
     with pytest.raises(UserError, match=r"^rank 1 refuses$"):
-        launch_cell(ToySpec("fail"), processes=2, cell_fn=f"{Path(__file__).stem}:toy_cell", tag="t")
+        _toy_launch("fail", fork, monkeypatch, tmp_path)
+
+
+@pytest.mark.parametrize("fork", [False, True], ids=["accelerate-launch", "forked"])
+def test_a_rank_that_kills_its_process_group_ends_the_launch_not_the_launcher(fork, monkeypatch, tmp_path):
+    """A rehearsed crash (SIGKILL to the rank's own process group) ends every rank and leaves the
+    launcher to report it, whichever way the ranks were started (each rank leads a session of its
+    own; the launcher stops the others: torchrun exits 1, forked ranks give the killed rank's -9)."""
+    with pytest.raises(RuntimeError, match=r"^the cell's 2 processes exited with code"):
+        _toy_launch("crash", fork, monkeypatch, tmp_path)
+
+
+@pytest.mark.parametrize("preset", ["ddp", "fsdp"])
+def test_forked_ranks_see_what_accelerate_launch_gives_its_ranks(preset, monkeypatch, tmp_path):
+    """The environment of a forked rank is the one ``accelerate launch`` builds (its preset's
+    ``ACCELERATE_*``/``FSDP_*`` variables, torchrun's per-rank ones), the port aside."""
+    launched = _toy_launch("env", False, monkeypatch, tmp_path, distributed=preset, threads=2)
+    forked = _toy_launch("env", True, monkeypatch, tmp_path, distributed=preset, threads=2)
+    assert forked["forked"] and not launched["forked"]
+    assert forked["env"]["RANK"] == "0" and forked["env"]["WORLD_SIZE"] == "2"
+    assert forked["env"]["OMP_NUM_THREADS"] == "1"
+    if preset == "fsdp":
+        assert forked["env"]["ACCELERATE_USE_FSDP"] == "true" and forked["env"]["FSDP_VERSION"] == "2"
+    assert forked["env"] == launched["env"]
+
+
+def test_ranks_are_launched_by_accelerate_when_asked_or_on_cuda(monkeypatch):
+    from mrbench.engine import rank_fork
+
+    monkeypatch.delenv(rank_fork.RANK_LAUNCH_ENV, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert rank_fork.can_fork("fsdp") and rank_fork.can_fork("ddp") and not rank_fork.can_fork("zero3")
+    monkeypatch.setenv(rank_fork.RANK_LAUNCH_ENV, "accelerate")
+    assert not rank_fork.can_fork("fsdp")
+    monkeypatch.delenv(rank_fork.RANK_LAUNCH_ENV)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not rank_fork.can_fork("ddp")
 
 
 # --------------------------------------------------------------------------- settings
