@@ -55,7 +55,10 @@ LAUNCHER = """
 import sys
 from mrbench.engine.distributed import launch_cell
 from test_launcher_death import SleepySpec
-launch_cell(SleepySpec("x"), processes=2, cell_fn="test_launcher_death:sleepy_cell", record=sys.argv[1])
+launch_cell(
+    SleepySpec("x"), processes=2, cell_fn="test_launcher_death:sleepy_cell", record=sys.argv[1],
+    fork=sys.argv[2] == "fork",
+)
 """
 
 
@@ -67,14 +70,20 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+FORK = pytest.mark.parametrize("fork", [False, True], ids=["accelerate-launch", "forked"])
+"""The ranks started by ``accelerate launch`` or forked by a sweep's worker (engine/rank_fork.py)."""
+
+
 @pytest.mark.slow  # accelerate launch and two ranks: ~15 s on a loaded 2-core machine
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from /proc (Linux)")
-def test_ranks_stop_when_their_launcher_is_killed(tmp_path: Path) -> None:
+@FORK
+def test_ranks_stop_when_their_launcher_is_killed(fork: bool, tmp_path: Path) -> None:
     record = tmp_path / "record"
     record.mkdir()
     env = {**os.environ, "MRBENCH_RESULTS": str(tmp_path / "results"), "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(record)], env=env)
+    how = "fork" if fork else "accelerate"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(record), how], env=env)
     try:
         deadline = time.monotonic() + 180
         while len(list(record.glob("*.pid"))) < 2:
@@ -105,7 +114,8 @@ def full_disk_cell(spec: SleepySpec, *, record: str) -> None:
 
 
 @pytest.mark.slow  # accelerate launch and two ranks
-def test_a_rank_out_of_room_is_the_launchers_out_of_room(tmp_path: Path, monkeypatch) -> None:
+@FORK
+def test_a_rank_out_of_room_is_the_launchers_out_of_room(fork: bool, tmp_path: Path, monkeypatch) -> None:
     """`mrbench run --processes-per-cell 2` on a full disk says what one process does: the folder, the
     disk, and that the run resumes (not an unexpected RuntimeError)."""
     from mrbench.engine.distributed import launch_cell
@@ -113,9 +123,14 @@ def test_a_rank_out_of_room_is_the_launchers_out_of_room(tmp_path: Path, monkeyp
 
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(HERE))  # a forked rank imports the cell function here
     with pytest.raises(OutOfRoom) as err:
         launch_cell(
-            SleepySpec("y"), processes=2, cell_fn="test_launcher_death:full_disk_cell", record=str(tmp_path)
+            SleepySpec("y"),
+            processes=2,
+            cell_fn="test_launcher_death:full_disk_cell",
+            record=str(tmp_path),
+            fork=fork,
         )
     assert err.value.errno == 28 and err.value.filename == str(tmp_path)
     assert "the disk has 0.3 MB free" in err.value.strerror
