@@ -26,6 +26,7 @@ calls this before it touches a tensor.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -164,19 +165,15 @@ def _reaped(pid: int) -> bool:
 
 
 def _reap_blocking(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):  # already reaped
         os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
 
 
 def _signal(pids: list[int], sig: signal.Signals) -> None:
     """``sig`` to each rank's process group (the rank leads it: its own session)."""
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # the rank has ended already
             os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _become_rank(env: dict[str, str], run_rank: Callable[[], int], log: Path | None) -> NoReturn:
