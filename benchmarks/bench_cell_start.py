@@ -5,7 +5,7 @@ started as a new interpreter each (``MRBENCH_CELL_SERVER=0``, the path before th
     .venv/bin/python benchmarks/bench_cell_start.py [--cells 6] [--workers 2]
 
 The cells are trivial: the function records when it was entered, imports what ``run_cell``
-imports when it runs (torch, transformers, trl, mlflow: ``mrbench.engine.runner`` defers them),
+imports when it runs (torch, transformers, trl, mlflow: ``mrbench.engine.cell.runner`` defers them),
 records when that was done, and returns; the wall time of the sweep is all start-up. Prints a
 markdown table with the load average.
 """

@@ -1,9 +1,9 @@
 """A CPU cell with and without mrbench's two CPU settings, which must change no number.
 
 - ``MRBENCH_MALLOC``: ``keep`` (default) makes glibc serve big blocks from its heap and keep them
-  for reuse (:mod:`mrbench.engine.allocator`); ``default`` leaves glibc alone.
+  for reuse (:mod:`mrbench.engine.processes.allocator`); ``default`` leaves glibc alone.
 - ``MRBENCH_CPU_FOLD``: ``mrbench`` (default) folds TRL's log-prob tiles in place, bit for bit as
-  TRL does (:mod:`mrbench.engine.cpu_logprob`); ``trl`` keeps TRL's own folds.
+  TRL does (:mod:`mrbench.engine.training.cpu_logprob`); ``trl`` keeps TRL's own folds.
 
 Runs the same ``mrbench run`` (default: grpo, agent-security, tiny, the trainer's defaults) under
 each pair of settings in turn, ``--repeats`` rounds, each run in a fresh results folder that shares

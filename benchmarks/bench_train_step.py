@@ -1,15 +1,15 @@
 """A GRPO training step of mrbench's trainer vs plain TRL ``GRPOTrainer``, on the same work.
 
 Every arm gets the same model, prompts, reward functions, seed and config, the config a cell runs
-(gradient checkpointing off, float32 on the CPU: :func:`mrbench.engine.grpo_setup.grpo_config`);
+(gradient checkpointing off, float32 on the CPU: :func:`mrbench.engine.training.grpo_setup.grpo_config`);
 the harness uses the registered ``grpo`` method with TRL's ε (1e-4), so every arm computes the same
 advantages. Arms:
 
 - ``TRL``: plain ``GRPOTrainer`` with TRL's own CPU log-prob folds;
 - ``mrbench shared prefix off``: what a cell ran before shared prefixes (the advantage hook,
-  diagnostics and shadow estimators, mrbench's CPU folds: :mod:`mrbench.engine.cpu_logprob`);
+  diagnostics and shadow estimators, mrbench's CPU folds: :mod:`mrbench.engine.training.cpu_logprob`);
 - ``mrbench shared prefix on``: the same with each group's prompt encoded once
-  (:mod:`mrbench.engine.shared_prefix`), when scoring and when generating.
+  (:mod:`mrbench.engine.training.shared_prefix`), when scoring and when generating.
 
 Each arm runs in a fresh process (so its peak resident memory is its own), the arms in turn,
 ``--repeats`` times; the figures are ratios of median seconds per step (``trainer.train()`` over
@@ -47,15 +47,15 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, float]:
     from trl import GRPOConfig, GRPOTrainer
 
     import mrbench.methods as methods
-    from mrbench.engine import cpu_logprob
-    from mrbench.engine.allocator import keep_freed_blocks
-    from mrbench.engine.models import load_model, load_tokenizer, model_task_settings, prepare_model
-    from mrbench.engine.trainer import MultiRewardGRPOTrainer
+    from mrbench.engine.models.catalog import load_model, load_tokenizer, model_task_settings, prepare_model
+    from mrbench.engine.processes.allocator import keep_freed_blocks
+    from mrbench.engine.training import cpu_logprob
+    from mrbench.engine.training.trainer import MultiRewardGRPOTrainer
     from mrbench.kit.keyvalue import parse_key_values
     from mrbench.tasks import build_task, get_task_entry
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    keep_freed_blocks()  # as every cell process does on the CPU, for every arm (mrbench.engine.allocator)
+    keep_freed_blocks()  # as every cell process does on the CPU, for every arm (engine.processes.allocator)
     model_path = prepare_model(args.model)
     accepted = get_task_entry(args.task).params
     built_for = {k: v for k, v in model_task_settings(args.model).items() if k in accepted}

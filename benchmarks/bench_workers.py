@@ -4,7 +4,7 @@ Runs ``mrbench sweep`` on the tool-calling task with the ``tiny`` model (built f
 timing) for two methods × two seeds, the default training settings, once with ``--workers 1``
 (one cell at a time in the sweep's process) and once with ``--workers 2`` (two cells at a time,
 forked from the sweep's cell server). A tiny model computes on one thread either way
-(``mrbench.engine.threads``). Each arm
+(``mrbench.engine.processes.threads``). Each arm
 gets its own store and an empty pre-training-evaluation cache, so neither reuses the other's
 work; the model cache is shared.
 
@@ -71,7 +71,7 @@ def main() -> int:
         if args.models:
             (results / "models").symlink_to(args.models.resolve())
         env = {**os.environ, "MRBENCH_RESULTS": str(results)}
-        code = "from mrbench.engine.models import prepare_model; prepare_model('tiny')"
+        code = "from mrbench.engine.models.catalog import prepare_model; prepare_model('tiny')"
         subprocess.run([sys.executable, "-c", code], env=env, check=True)
         timings = {}
         for workers in (1, 2):

@@ -98,9 +98,9 @@ def build_model(model: str, out: Path, tiny: bool) -> str:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
-    from mrbench.engine.models import load_tokenizer
-    from mrbench.engine.standin import task_prompts
-    from mrbench.engine.tiny import CHAT_TEMPLATE, collect_demonstrations, train_tokenizer
+    from mrbench.engine.models.catalog import load_tokenizer
+    from mrbench.engine.models.standin import task_prompts
+    from mrbench.engine.models.tiny import CHAT_TEMPLATE, collect_demonstrations, train_tokenizer
     from mrbench.sweeps.memory_plan import CONFIGS
 
     demos, _ = collect_demonstrations(60, seed=0)
@@ -136,7 +136,7 @@ def build_model(model: str, out: Path, tiny: bool) -> str:
 
 def longest_prompt(task_name: str, task_params: dict[str, Any], model_dir: str) -> int:
     """Tokens of the longest training prompt of the cell, chat template applied."""
-    from mrbench.engine.models import load_tokenizer
+    from mrbench.engine.models.catalog import load_tokenizer
     from mrbench.tasks import build_task
 
     tok = load_tokenizer(model_dir)
@@ -165,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     from mlflow.tracking import MlflowClient
 
     from mrbench.core import layout
+    from mrbench.engine.cell.runner import run_cell
     from mrbench.engine.config import resolve_spec
-    from mrbench.engine.runner import run_cell
-    from mrbench.engine.trainer import MultiRewardGRPOTrainer
+    from mrbench.engine.training.trainer import MultiRewardGRPOTrainer
     from mrbench.sweeps.memory_plan import DEFAULT_GPU_BYTES, GB, architecture_of, plan_memory
     from mrbench.sweeps.paper import shape_of
 

@@ -1,10 +1,10 @@
 """GPU smoke test and throughput comparison: mrbench's cell path vs plain TRL, no hub needed.
 
 Builds a randomly initialised Qwen2-shaped model of about 100 M parameters here (a byte-level BPE
-tokenizer trained on the task's demonstrations, :func:`mrbench.engine.tiny.train_tokenizer`),
+tokenizer trained on the task's demonstrations, :func:`mrbench.engine.models.tiny.train_tokenizer`),
 then trains it for ``--steps`` GRPO steps
 
-- once per method through mrbench's cell path (:func:`mrbench.engine.runner.run_cell`: evaluation
+- once per method through mrbench's cell path (:func:`mrbench.engine.cell.runner.run_cell`: evaluation
   before and after, the method's advantages, diagnostics and shadows, MLflow logging), and
 - once through plain TRL ``GRPOTrainer`` with the same GRPO settings (TRL's config as mrbench
   builds it) and one reward function: the weighted sum of the task's components,
@@ -75,8 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_model(out: Path, task_name: str, tiny: bool) -> tuple[str, int]:
     """Save a random Qwen2-shaped model and its tokenizer to ``out``; return (path, parameters)."""
-    from mrbench.engine.models import load_tokenizer
-    from mrbench.engine.tiny import TinyPreset, train_tokenizer, untrained_model
+    from mrbench.engine.models.catalog import load_tokenizer
+    from mrbench.engine.models.tiny import TinyPreset, train_tokenizer, untrained_model
     from mrbench.tasks import build_task
 
     task = build_task(task_name)
@@ -142,7 +142,7 @@ def training_peak(
 def row_env(env: Mapping[str, str]) -> dict[str, str]:
     """The environment of one run's process: ``env`` with ``CUDA_VISIBLE_DEVICES`` narrowed to the
     first GPU it shows (unchanged on a machine without GPUs, or with the variable empty)."""
-    from mrbench.engine.devices import VISIBLE, visible_gpus
+    from mrbench.engine.processes.devices import VISIBLE, visible_gpus
 
     out = dict(env)
     gpus = visible_gpus(out)
@@ -175,9 +175,9 @@ def run_mrbench(
     from mlflow.tracking import MlflowClient
 
     from mrbench.core import layout
+    from mrbench.engine.cell.runner import run_cell
     from mrbench.engine.config import resolve_spec
-    from mrbench.engine.runner import run_cell
-    from mrbench.engine.trainer import MultiRewardGRPOTrainer
+    from mrbench.engine.training.trainer import MultiRewardGRPOTrainer
 
     spec = resolve_spec(
         method, args.task, model, 0, task_params=task_params(args), train=train_settings(args, use_vllm)
@@ -205,8 +205,8 @@ def plain_trl_trainer(args: argparse.Namespace, model: str, use_vllm: bool, out_
     from trl import GRPOTrainer
 
     from mrbench.engine.config import resolve_spec
-    from mrbench.engine.evaluation import load_policy
-    from mrbench.engine.grpo_setup import grpo_config
+    from mrbench.engine.evaluation.evaluate import load_policy
+    from mrbench.engine.training.grpo_setup import grpo_config
     from mrbench.tasks import build_task
 
     spec = resolve_spec(

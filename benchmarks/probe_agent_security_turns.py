@@ -3,7 +3,7 @@
 For every clean scenario (the eval split, plus the first training ones), the model gets the
 gold conversation up to each assistant turn and writes that turn greedily; the turn counts as
 right when it equals the gold turn, ignoring a missing ``</tool_call>`` line (the tiny warm
-start leaves closing lines out on purpose, see ``mrbench.engine.tiny.drop_final_lines``, and GRPO
+start leaves closing lines out on purpose, see ``mrbench.engine.models.tiny.drop_final_lines``, and GRPO
 fixes that within a few steps). Utility needs every turn of an episode right, so this shows
 *why* utility is or is not reachable, turn kind by turn kind:
 
@@ -64,7 +64,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="mrbench-probe-") as tmp:
             return probe(build_variant(args.model, args.override, Path(tmp)), args.train_cases, args.show)
     from mrbench.core.errors import UserError
-    from mrbench.engine.models import prepare_model
+    from mrbench.engine.models.catalog import prepare_model
 
     try:
         path = prepare_model(args.model)
@@ -75,7 +75,7 @@ def main() -> int:
 
 def build_variant(name: str, overrides: list[str], out: Path) -> str:
     """Build tiny preset ``name`` with ``KEY=VALUE`` field overrides into ``out``; return its path."""
-    from mrbench.engine.tiny import TINY_PRESETS, build_tiny_model, collect_demonstrations
+    from mrbench.engine.models.tiny import TINY_PRESETS, build_tiny_model, collect_demonstrations
 
     if name not in TINY_PRESETS:
         raise SystemExit(f"--override needs a tiny preset ({', '.join(TINY_PRESETS)}), got {name!r}")
@@ -101,8 +101,8 @@ def build_variant(name: str, overrides: list[str], out: Path) -> str:
 
 def probe(path: str, train_cases: int, show: int = 0) -> int:
     """Print the per-turn table for the model at ``path`` (and ``show`` wrong from-tool turns)."""
-    from mrbench.engine.generation import HFGenerator
-    from mrbench.engine.models import load_model, load_tokenizer
+    from mrbench.engine.evaluation.generation import HFGenerator
+    from mrbench.engine.models.catalog import load_model, load_tokenizer
     from mrbench.tasks import build_task
     from mrbench.tasks.agent_security.episode import Episode
     from mrbench.tasks.agent_security.scenarios import EmbeddedEnv, Scenario

@@ -66,7 +66,7 @@ def main() -> int:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from mrbench.engine.tiny import TINY_PRESETS, qwen2_kwargs
+    from mrbench.engine.models.tiny import TINY_PRESETS, qwen2_kwargs
 
     if args.model not in TINY_PRESETS:
         parser.error(f"unknown tiny preset {args.model!r}; choose from {', '.join(TINY_PRESETS)}")

@@ -28,7 +28,7 @@ def sample_rollouts(
     task: Any, model: Any, tokenizer: Any, samples: list[Any], g: int, temperature: float
 ) -> list[dict[str, float]]:
     """``g`` sampled rollouts per sample, each as ``{component: reward}`` (NaN = unscorable), grouped."""
-    from mrbench.engine.generation import HFGenerator
+    from mrbench.engine.evaluation.generation import HFGenerator
 
     generator = HFGenerator(model, tokenizer, temperature=temperature)
     repeated = [s for s in samples for _ in range(g)]
@@ -97,8 +97,8 @@ def main() -> None:
 
     from transformers import set_seed
 
-    from mrbench.engine.evaluation import load_policy
-    from mrbench.engine.models import model_task_settings, prepare_model
+    from mrbench.engine.evaluation.evaluate import load_policy
+    from mrbench.engine.models.catalog import model_task_settings, prepare_model
     from mrbench.kit.keyvalue import parse_key_values
     from mrbench.tasks import build_task, get_task_entry
 

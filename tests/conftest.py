@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mrbench.engine.pretrained import MODEL_MARKER
-from mrbench.engine.tiny import TINY_TASK_SETTINGS, TinyPreset, build_tiny_model
+from mrbench.engine.models.pretrained import MODEL_MARKER
+from mrbench.engine.models.tiny import TINY_TASK_SETTINGS, TinyPreset, build_tiny_model
 
 # Tests keep their network traffic on loopback. A local Ray (2.60) otherwise binds the machine's
 # network address; this switch, read once when Ray is imported, keeps it on 127.0.0.1. The
@@ -55,7 +55,7 @@ def random_generator():
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from mrbench.engine.generation import HFGenerator
+    from mrbench.engine.evaluation.generation import HFGenerator
 
     def make(tok, *, layers: int = 2, max_positions: int = 1024, seed: int = 0) -> HFGenerator:
         torch.set_num_threads(1)
@@ -120,7 +120,7 @@ def smol_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import importlib.util
 
     from mrbench.core.errors import UserError
-    from mrbench.engine.pretrained import locate_gguf, prepare_pretrained
+    from mrbench.engine.models.pretrained import locate_gguf, prepare_pretrained
 
     if importlib.util.find_spec("gguf") is None:
         pytest.skip(f"needs the smollm2-135m model: {SMOL_INSTALL}")

@@ -1,5 +1,5 @@
 """Scripted stand-ins for training, writing real MLflow runs in the exact layout of
-:func:`mrbench.engine.runner.run_cell` — for tests, the report benchmark and demos without a model.
+:func:`mrbench.engine.cell.runner.run_cell` — for tests, the report benchmark and demos without a model.
 
 - :func:`fake_resolve_spec` — like :func:`mrbench.engine.config.resolve_spec` over a fixed catalogue of
   methods and tasks (no registry imports); tasks named in ``$MRBENCH_FAKE_UNAVAILABLE`` raise
@@ -127,7 +127,7 @@ def fake_resolve_spec(
 
 @dataclass
 class FakeCellResult:
-    """Mirrors :class:`mrbench.engine.runner.CellResult`."""
+    """Mirrors :class:`mrbench.engine.cell.runner.CellResult`."""
 
     run_id: str
     run_key: str
@@ -312,7 +312,7 @@ def fake_cell(
     seconds = float(os.environ.get("MRBENCH_FAKE_CELL_SECONDS", "0") or 0)
     patterns = [p for p in os.environ.get("MRBENCH_FAKE_CELL_FAIL", "").split(",") if p]
     record = os.environ.get("MRBENCH_FAKE_CELL_RECORD_ENV")
-    if record:  # the GPUs this cell process was given (tests of mrbench.engine.devices)
+    if record:  # the GPUs this cell process was given (tests of mrbench.engine.processes.devices)
         Path(record, spec.run_key()).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
 
     def pause() -> None:

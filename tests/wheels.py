@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from mrbench.engine.pretrained import PRETRAINED_PRESETS
+from mrbench.engine.models.pretrained import PRETRAINED_PRESETS
 
 
 def wheel_missing(monkeypatch: pytest.MonkeyPatch, name: str = "smollm2-135m") -> None:

@@ -178,7 +178,7 @@ def main(cli: typer.Typer = app) -> None:
     """Entry point of ``cli`` (default: the ``mrbench`` app): runs it with stop signals handled
     like Ctrl-C and exits with the codes of the module docstring."""
     # Before anything loads the OpenMP runtime: idle threads wait passively instead of spinning on
-    # cores other processes need (mrbench.engine.threads).
+    # cores other processes need (mrbench.engine.processes.threads).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     previous = warnings.showwarning
     warnings.showwarning = _one_line_warnings(previous)

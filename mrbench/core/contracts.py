@@ -134,7 +134,7 @@ class Task(ABC):
     before the caller's own overrides (``mrbench.engine.config.resolve_spec``); read-only."""
     demos_keep_final_line: ClassVar[bool] = False
     """Keep every demonstration whole in the tiny models' warm start instead of leaving out the
-    final line of some (``mrbench.engine.tiny.collect_demonstrations``): for multi-turn tasks,
+    final line of some (``mrbench.engine.models.tiny.collect_demonstrations``): for multi-turn tasks,
     where a flaw per turn would compound over an episode."""
 
     # -- required ----------------------------------------------------------------------------
@@ -171,7 +171,7 @@ class Task(ABC):
         """Tokens a training sequence may hold after its prompt when each model turn may generate
         ``max_new_tokens``: one completion by default. A multi-turn task counts its turns and what
         the environment inserts between them. The engine caps vLLM's context at the longest
-        prompt plus this (``mrbench.engine.generation.vllm_context_cap``)."""
+        prompt plus this (``mrbench.engine.evaluation.generation.vllm_context_cap``)."""
         return max_new_tokens
 
     def close(self) -> None:

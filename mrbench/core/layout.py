@@ -72,7 +72,7 @@ PRIMARY_METRIC = "primary_metric"
 LOWER_IS_BETTER = "lower_is_better"
 REWARD_COMPONENTS = "reward_components"
 ERROR = "error"
-# The run whose pre-training evaluation this cell reused (mrbench.engine.eval_cache); absent when
+# The run whose pre-training evaluation this cell reused (mrbench.engine.evaluation.eval_cache); absent when
 # the cell computed its own.
 EVAL_BEFORE_FROM = "eval_before_from"
 
@@ -341,7 +341,7 @@ DIAGNOSTICS_ARTIFACT = "diagnostics.json"  # components, mean corr_matrix, mean 
 COMPLETIONS_ARTIFACT = "samples/completions.jsonl"  # last batch with per-component rewards, advantages
 EVAL_SAMPLES_BEFORE = "eval/samples_before.jsonl"
 EVAL_SAMPLES_AFTER = "eval/samples_after.jsonl"
-CELL_LOG_ARTIFACT = "logs/cell.log"  # what the libraries printed during the cell (mrbench.engine.console)
+CELL_LOG_ARTIFACT = "logs/cell.log"  # what the libraries printed during the cell (engine.cell.console)
 EVAL_LOG_ARTIFACT = "logs/eval.log"  # what the libraries printed during `mrbench eval` (its run's)
 REWARDS_ARTIFACT = "rewards.npz"  # every training batch's per-rollout rewards (records.RewardsRecord)
 SWEEP_ARTIFACT = "sweep.json"  # on the parent run: config, command, grid, unavailable tasks
@@ -350,13 +350,13 @@ REPORT_DIR = "report"  # on the parent run: the generated report
 
 # --- run options and checkpoints --------------------------------------------------------------
 # Params of a cell that are not part of its run key (they change what it keeps, not what it
-# computes), and its checkpoint (see mrbench.engine.checkpoints).
+# computes), and its checkpoint (see mrbench.engine.cell.checkpoints).
 
 PARAM_SAVE = "save"  # none | final | every:N
 PARAM_CHECKPOINT_DIR = "checkpoint_dir"  # absolute path of the saved policy + tokenizer; only once saved
 PARAM_N_PARAMS = "n_params"  # the policy's parameter count (the report's model-size axis)
 CHECKPOINT_SIZE_MB = "checkpoint/size_mb"  # size of that folder, at the last step
-# Resume inside a cell (mrbench.engine.resume): a param, not in the run key, and a tag.
+# Resume inside a cell (mrbench.engine.cell.resume): a param, not in the run key, and a tag.
 PARAM_CHECKPOINT_EVERY = "checkpoint_every"  # training checkpoints every N optimizer steps (0: none)
 RESUMED_FROM = "resumed_from"  # tag: the checkpoint steps the run was resumed from, e.g. "10" or "10,20"
 
@@ -412,7 +412,7 @@ def lab_experiment(scenario: str) -> str:
 
 
 # --- extra evaluations (a sweep's ``eval`` key) ---------------------------------------------
-# A sweep's ``eval`` setting names extra datasets per task (mrbench.engine.extra_evals). Once the
+# A sweep's ``eval`` setting names extra datasets per task (mrbench.engine.evaluation.extra_evals). Once the
 # cells have trained, each FINISHED cell's saved policy is evaluated on them and the metrics go into
 # the cell's own run: ``eval_extra/<dataset>/<metric>`` at the cell's last step, and the base
 # model's ``eval_extra_before/<dataset>/<metric>`` at step 0 (one evaluation per model, task

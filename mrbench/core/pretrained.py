@@ -1,6 +1,6 @@
 """The catalogue of pretrained model presets: what each is and where its weights ship (data only).
 
-The engine locates and converts them (:mod:`mrbench.engine.pretrained`); the report names the
+The engine locates and converts them (:mod:`mrbench.engine.models.pretrained`); the report names the
 weights a figure comes from (:mod:`mrbench.reporting.render`). Both read this one table.
 """
 

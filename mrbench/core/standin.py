@@ -1,5 +1,5 @@
 """The names of stand-in models (``standin:<model>``): data only, read by the engine, which builds
-them (:mod:`mrbench.engine.standin`), and by the report, which names the model stood for."""
+them (:mod:`mrbench.engine.models.standin`), and by the report, which names the model stood for."""
 
 from __future__ import annotations
 

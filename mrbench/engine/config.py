@@ -52,14 +52,14 @@ class TrainSettings:
     """``auto``: bfloat16 mixed precision on a CUDA GPU that computes in bfloat16, float32 elsewhere;
     ``bf16``: bfloat16 mixed precision everywhere (a CPU too); ``fp32``: float32 throughout. Mixed
     precision keeps float32 master weights, gradients and AdamW states and computes under bfloat16
-    autocast (see :func:`mrbench.engine.models.mixed_precision`)."""
+    autocast (see :func:`mrbench.engine.models.catalog.mixed_precision`)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, about a third more compute."""
     use_vllm: bool = False
     """Generate rollouts with vLLM colocated on the training GPU (the ``vllm`` extra; CUDA only)."""
     shared_prefix: str = "auto"
     """Encode each group's prompt once, not once per completion, when scoring and when generating
-    on the transformers path (:mod:`mrbench.engine.shared_prefix`): ``on`` where the model supports
+    on the transformers path (:mod:`mrbench.engine.training.shared_prefix`): ``on`` where the model supports
     it (an error where it does not), ``off`` TRL's own passes, ``auto`` on for the pretrained
     presets and hub models it supports and off for the tiny presets (whose committed reports were
     computed without it). It changes numbers by float rounding only, so it is not in the run key."""
@@ -100,7 +100,7 @@ class TrainSettings:
                     problems.append(f"{f.name}={value!r} (must be {'>=' if inclusive else '>'} {bound})")
                 elif value > maximum[f.name]:
                     problems.append(f"{f.name}={value!r} (must be {Range(le=maximum[f.name])})")
-        from mrbench.engine.models import PRECISIONS
+        from mrbench.engine.models.catalog import PRECISIONS
 
         if self.shared_prefix not in SHARED_PREFIX:
             problems.append(f"shared_prefix={self.shared_prefix!r} (choose from {', '.join(SHARED_PREFIX)})")
@@ -128,19 +128,19 @@ class TrainSettings:
 class CellOptions:
     """How a cell runs, not what it computes: never part of the run key, so changing one reruns
     nothing. A sweep hands its settings to each cell with the cell's spec (:attr:`RunSpec.options`);
-    an argument of :func:`mrbench.engine.runner.run_cell` (``mrbench run``'s options) wins over them,
+    an argument of :func:`mrbench.engine.cell.runner.run_cell` (``mrbench run``'s options) wins over them,
     and None leaves the documented default: an environment variable, else the built-in value."""
 
     checkpoint_every: int | None = None
     """Training checkpoints every N optimizer steps (0: none); None: ``$MRBENCH_CHECKPOINT_EVERY``,
-    else a tenth of the steps (:func:`mrbench.engine.resume.resolve_checkpoint_every`)."""
+    else a tenth of the steps (:func:`mrbench.engine.cell.resume.resolve_checkpoint_every`)."""
     tracking_retry_s: float | None = None
     """Seconds each call to the store is retried; None: ``$MRBENCH_TRACKING_RETRY_S``, else 300
     (:func:`mrbench.store.client.tracking_retry_s`)."""
     kill_after_checkpoint: int | None = None
     """A rehearsed crash (``mrbench sweep --rehearse``): on its first attempt the cell SIGKILLs its
     own process group right after its training checkpoint of this step is complete
-    (:class:`mrbench.engine.resume.CheckpointWriter`); a resumed attempt trains on. None: never."""
+    (:class:`mrbench.engine.cell.resume.CheckpointWriter`); a resumed attempt trains on. None: never."""
 
     def given(self) -> dict[str, Any]:
         """The options that are set (not None)."""
@@ -248,7 +248,7 @@ def resolve_spec(
     """
     import mrbench.methods as methods
     import mrbench.tasks as tasks
-    from mrbench.engine.models import task_settings_for, validate_model_name
+    from mrbench.engine.models.catalog import task_settings_for, validate_model_name
 
     # Unknown names and parameters raise RegistryError (a UserError) naming them.
     resolved_method = methods.get_method(method).resolve_params(method_params)

@@ -1,4 +1,4 @@
-"""Markdown of the extra evaluations (a sweep's ``eval`` key; :mod:`mrbench.engine.extra_evals`).
+"""Markdown of the extra evaluations (a sweep's ``eval`` key; :mod:`mrbench.engine.evaluation.extra_evals`).
 
 Per task × model, one table: a row per extra dataset and metric (the task's primary metric first),
 the model before training (one value: every method and seed starts from it), then per method the

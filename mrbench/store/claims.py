@@ -15,7 +15,7 @@ A run that mrbench keeps RUNNING while it works (a sweep's parent run, a cell's 
   for dead after at most that long; a run without a heartbeat is not alive.
 
 Who uses it: :mod:`mrbench.sweeps.liveness` and :mod:`mrbench.sweeps.claims` (which invocations of
-a sweep are alive, and the cells they claimed), :mod:`mrbench.engine.cell_claim` (which earlier
+a sweep are alive, and the cells they claimed), :mod:`mrbench.engine.cell.cell_claim` (which earlier
 attempts of a cell are still running).
 """
 

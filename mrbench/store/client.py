@@ -4,7 +4,7 @@ Outages. A tracking server that restarts must not cost a run. :class:`RetryingCl
 every call that fails for a reason a restart explains (no connection, a timeout, a 5xx/429
 answer) with exponential backoff for a bounded time, :func:`tracking_retry_s` (default
 :data:`DEFAULT_RETRY_S`, long enough for a server restart), then raises
-:class:`TrackingUnavailable`. The engine's :class:`~mrbench.engine.tracking.RunLog` logs through it
+:class:`TrackingUnavailable`. The engine's :class:`~mrbench.engine.runs.tracking.RunLog` logs through it
 and, past the bound, keeps everything locally instead of failing. :func:`check_tracking_reachable`'s
 short, no-retry settings apply to the check alone.
 

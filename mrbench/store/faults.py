@@ -14,7 +14,7 @@ torch's zip writer, whose ``RuntimeError`` (``[enforce fail at inline_container.
 pos …``) says no cause at all, by what the file system says then: the file size limit this
 process has, or the free space left where it wrote. A fault that is a lack of room (not a damaged
 database) is :func:`room_fault`: the run it hit ends KILLED, not FAILED, so that its last training
-checkpoint is resumed once there is room (:mod:`mrbench.engine.run_guard`). :func:`require_room`
+checkpoint is resumed once there is room (:mod:`mrbench.engine.runs.run_guard`). :func:`require_room`
 checks before a large write (a checkpoint) that it fits, and raises :class:`OutOfRoom` if not.
 """
 

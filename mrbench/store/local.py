@@ -20,7 +20,7 @@ its artifacts, those locations are taken as relative to the folder the store is 
   artifacts (a copy); never when the old path is this same folder seen through another path.
 - reading: the report re-roots on read (:mod:`mrbench.store.reader`) and writes no store, so it
   also works on a moved store nothing has re-rooted yet (one that cannot be written, say);
-- a record of what an outage kept (:mod:`mrbench.engine.checkpoints`) is re-rooted when read.
+- a record of what an outage kept (:mod:`mrbench.engine.cell.checkpoints`) is re-rooted when read.
 
 A results folder is used from one path at a time: the same folder used at once from two paths
 (a container and its host, say) would be re-rooted back and forth.

@@ -23,7 +23,7 @@ ResolveFn = Callable[..., Any]
 SKIPPED = "SKIPPED"
 """The status of a cell this invocation did not run: another live invocation holds it, or finished it."""
 
-DEFAULT_CELL_FN = "mrbench.engine.runner:run_cell"
+DEFAULT_CELL_FN = "mrbench.engine.cell.runner:run_cell"
 DEFAULT_RESOLVE_FN = "mrbench.engine.config:resolve_spec"
 
 
@@ -80,7 +80,7 @@ class CellContext:
     processes_per_cell: int = 1
     """Processes training each cell (> 1: started by ``accelerate launch`` from a worker)."""
     distributed: str = "ddp"
-    """The ``accelerate`` preset of a multi-process cell (:mod:`mrbench.engine.distributed`)."""
+    """The ``accelerate`` preset of a multi-process cell (:mod:`mrbench.engine.processes.distributed`)."""
 
     def held(self, cell: Cell) -> CellOutcome | None:
         """Claim ``cell`` (executors call this just before starting it): None when it may run,

@@ -5,7 +5,7 @@
 The payload (written by :func:`cell_payload`, in JSON) names the spec class and the cell function
 by ``"module:attr"``, the tracking store, experiment and parent run, the thread budget, the
 processes per cell and where to write the result. A cell of more than one process is started
-from here with ``accelerate launch`` (:func:`mrbench.engine.distributed.launch_cell`); its rank 0
+from here with ``accelerate launch`` (:func:`mrbench.engine.processes.distributed.launch_cell`); its rank 0
 logs, and its result comes back here. Exit codes: 0 FINISHED, 1 FAILED, 130 KILLED (SIGINT). A
 Ray task runs the same :func:`run_payload` (:mod:`mrbench.sweeps.executors.ray`).
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from mrbench.core.errors import UserError
 from mrbench.core.registry import import_target
-from mrbench.engine.threads import apply_threads
+from mrbench.engine.processes.threads import apply_threads
 from mrbench.sweeps.cell import Cell, CellContext
 
 EXIT_FINISHED, EXIT_FAILED, EXIT_KILLED = 0, 1, 130
@@ -87,7 +87,7 @@ def check_processes_per_cell(
     processes cannot share."""
     if processes <= 1:
         return
-    from mrbench.engine.distributed import check_processes, per_process
+    from mrbench.engine.processes.distributed import check_processes, per_process
 
     try:
         check_processes(processes, distributed, here=here)
@@ -104,7 +104,7 @@ def check_processes_per_cell(
 
 def failure_status(exc: Exception) -> str:
     """How a cell that raised ``exc`` ended: KILLED when a write found no room (its run ended KILLED
-    and resumes from its last checkpoint, :mod:`mrbench.engine.run_guard`), else FAILED."""
+    and resumes from its last checkpoint, :mod:`mrbench.engine.runs.run_guard`), else FAILED."""
     from mrbench.store.faults import OutOfRoom
 
     return "KILLED" if isinstance(exc, OutOfRoom) else "FAILED"
@@ -139,7 +139,7 @@ def run_payload(payload: dict[str, Any], *, fork_ranks: bool = False) -> dict[st
     """Run the cell described by ``payload``; return ``{"status", "run_id", "wall_s", "error"}``.
 
     ``fork_ranks``: a multi-process cell's ranks may be forked from this process where that is safe
-    (:mod:`mrbench.engine.rank_fork`): a worker process of its own, not a Ray task (whose worker
+    (:mod:`mrbench.engine.processes.rank_fork`): a worker process of its own, not a Ray task (whose worker
     holds threads). KeyboardInterrupt propagates (the cell function has ended its run KILLED).
     """
     threads = int(payload.get("threads") or 0)
@@ -161,7 +161,7 @@ def run_payload(payload: dict[str, Any], *, fork_ranks: bool = False) -> dict[st
     processes = int(payload.get("processes_per_cell") or 1)
     try:
         if processes > 1:
-            from mrbench.engine.distributed import launch_cell
+            from mrbench.engine.processes.distributed import launch_cell
 
             outcome = launch_cell(
                 spec,

@@ -66,11 +66,11 @@ HEAVY_MODULES = (
     "transformers",
     "trl",
     "mlflow",
-    "mrbench.engine.runner",
+    "mrbench.engine.cell.runner",
     # What a cell imports later (transformers and trl load their parts lazily): the trainer (TRL's
     # GRPOTrainer with transformers' Trainer, accelerate, datasets, peft: 1.8 s) and MLflow's sqlite
     # store (SQLAlchemy: 0.6 s), which every cell paid again after its fork.
-    "mrbench.engine.trainer",
+    "mrbench.engine.training.trainer",
     "mlflow.store.tracking.sqlalchemy_store",
 )
 READY_TIMEOUT_S = 300.0  # the preload takes 8 s alone and over 20 s on a loaded machine

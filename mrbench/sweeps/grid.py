@@ -70,7 +70,7 @@ def expand_grid(spec: SweepSpec, resolve: ResolveFn | None = None) -> Grid:
     # Extra eval datasets (the ``eval`` key): names, settings and data checked before anything runs.
     evals = {task: datasets for task, datasets in spec.eval.items() if task in by_task}
     if evals:
-        from mrbench.engine.extra_evals import check_extra_evals
+        from mrbench.engine.evaluation.extra_evals import check_extra_evals
 
         check_extra_evals(evals, spec.task_params)
     keys: dict[str, Cell] = {}

@@ -5,7 +5,7 @@ power loss leaves it RUNNING for ever; what it claimed (:mod:`mrbench.sweeps.cla
 lapse, and the next invocation takes its cells over. A RUNNING parent run counts as alive while
 its process does: on this host by its ``pid`` tag, on another by its ``heartbeat`` tag
 (:func:`mrbench.store.claims.is_alive`, where the rules are; the heartbeat and the liveness test
-live there because cells' runs, :mod:`mrbench.engine.cell_claim`, use them too, and re-exported
+live there because cells' runs, :mod:`mrbench.engine.cell.cell_claim`, use them too, and re-exported
 here).
 """
 

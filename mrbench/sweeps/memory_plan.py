@@ -4,7 +4,7 @@ A cell's memory per GPU is what stays for the whole run plus the larger of its t
 
 - **state** (all run long): the policy's weights, gradients and AdamW moments, all float32 (the
   engine keeps float32 master weights and computes under bfloat16 autocast,
-  :func:`mrbench.engine.models.mixed_precision`): 4 + 4 + 8 = 16 bytes a parameter (the ZeRO
+  :func:`mrbench.engine.models.catalog.mixed_precision`): 4 + 4 + 8 = 16 bytes a parameter (the ZeRO
   paper's 16Ψ); the reference model when ``beta > 0`` (bfloat16 under mixed precision: 2 bytes a
   parameter, else 4); vLLM's share of the GPU with ``use_vllm`` (TRL's colocate mode reserves
   ``vllm_gpu_memory_utilization`` of the GPU, 0.3 by default); a fixed headroom (CUDA context,

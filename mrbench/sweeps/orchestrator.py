@@ -2,7 +2,7 @@
 
 Layout in MLflow (one experiment per sweep name): one **parent run** per invocation
 (:mod:`mrbench.sweeps.parent`) and one **child run** per executed cell, written by the cell
-function (:func:`mrbench.engine.runner.run_cell`). Every name is in :mod:`mrbench.core.layout`.
+function (:func:`mrbench.engine.cell.runner.run_cell`). Every name is in :mod:`mrbench.core.layout`.
 
 Resume (:mod:`mrbench.sweeps.resume`): a cell whose run key has a FINISHED run in the experiment
 is skipped; RUNNING runs left by a dead invocation are marked KILLED and their cells, like FAILED
@@ -35,10 +35,10 @@ from typing import Any
 
 from mrbench.core.errors import UserError
 from mrbench.core.registry import import_target
-from mrbench.engine.allocator import malloc_setting
 from mrbench.engine.config import CellOptions, RunSpec
-from mrbench.engine.console import verbose
-from mrbench.engine.cpu_logprob import fold_setting
+from mrbench.engine.processes.allocator import malloc_setting
+from mrbench.engine.runs.console import verbose
+from mrbench.engine.training.cpu_logprob import fold_setting
 from mrbench.sweeps.cell import (
     DEFAULT_CELL_FN,
     SKIPPED,
@@ -129,7 +129,7 @@ def run_sweep(
     """Expand, print, resume and run the sweep, then write its report.
 
     ``resolve`` and ``cell_fn`` default to :func:`mrbench.engine.config.resolve_spec` and
-    :func:`mrbench.engine.runner.run_cell`; any functions with their signatures can stand in
+    :func:`mrbench.engine.cell.runner.run_cell`; any functions with their signatures can stand in
     (worker processes and Ray import ``cell_fn`` by its ``"module:attr"`` path).
     Every user error (bad names, unreachable store) is raised before the first cell starts.
     """
@@ -174,7 +174,7 @@ def run_sweep(
             progress.close()
             _print_cells_left(spec.name, outcome, console)
             if spec.eval:  # the extra datasets, on every FINISHED cell's saved policy (engine.extra_evals)
-                from mrbench.engine.extra_evals import run_extra_evals
+                from mrbench.engine.evaluation.extra_evals import run_extra_evals
 
                 cells = [c.spec for c in grid.cells]
                 run_extra_evals(spec.eval, spec.task_params, cells, uri, store.experiment_id, _say(console))

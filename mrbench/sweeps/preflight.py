@@ -90,8 +90,8 @@ def _probe(task: str, params: dict[str, Any], role: str, dataset: str) -> None:
         if importlib.util.find_spec(package) is None:
             raise UserError(f"dataset {dataset!r} ships in the package {package!r}, which is not installed")
         return
-    from mrbench.engine.evaluation import check_eval_data, task_settings
-    from mrbench.engine.extra_evals import extra_eval_spec
+    from mrbench.engine.evaluation.evaluate import check_eval_data, task_settings
+    from mrbench.engine.evaluation.extra_evals import extra_eval_spec
     from mrbench.tasks import build_task
 
     if role != "dataset" and "eval_dataset" in params:

@@ -2,7 +2,7 @@
 
 On a terminal (and without ``--verbose``) a table redrawn twice a second shows each started cell:
 its state, the step it is in with that step's progress and ETA (read from the progress file the
-cell keeps, :mod:`mrbench.engine.phases`, whether it runs in this process or a worker), its
+cell keeps, :mod:`mrbench.engine.runs.phases`, whether it runs in this process or a worker), its
 elapsed time and its primary metric before → after once it has finished; under it, cells
 done/total, elapsed time and the sweep's ETA. A plain console (no terminal, or ``--verbose``)
 gets a line per running cell when its step changes and every 30 s while a step lasts. Whatever
@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from mrbench.engine.console import CELL_LOG_NAME
-from mrbench.engine.phases import PROGRESS_NAME, describe, fmt_s, read_progress
+from mrbench.engine.runs.console import CELL_LOG_NAME
+from mrbench.engine.runs.phases import PROGRESS_NAME, describe, fmt_s, read_progress
 from mrbench.sweeps.cell import Cell, CellOutcome
 
 __all__ = ["SweepProgress", "fmt_s"]
@@ -44,7 +44,7 @@ class _Row:
 
 def cell_folder(cell: Cell) -> Any:
     """The folder where the cell keeps its log and progress (``<results>/checkpoints/<run key>``)."""
-    from mrbench.engine.checkpoints import CellFolder
+    from mrbench.engine.cell.checkpoints import CellFolder
 
     return CellFolder.for_run_key(cell.key).root
 
@@ -75,7 +75,7 @@ class SweepProgress:
                 get_renderable=self._table,
                 refresh_per_second=2,
                 transient=False,
-                redirect_stdout=False,  # fds 1 and 2 are captured (mrbench.engine.console)
+                redirect_stdout=False,  # fds 1 and 2 are captured (mrbench.engine.runs.console)
                 redirect_stderr=False,
             )
             self._live.start()

@@ -5,7 +5,7 @@ functions, completion budget, prompts per micro-batch and accumulation, generati
 reference model, precision, processes, checkpoint cadence, evaluations, extra evaluations) except
 what a CPU cannot hold, changed as :func:`rehearsal_spec` says and prints:
 
-- the model: a stand-in of its architecture family (:mod:`mrbench.engine.standin`);
+- the model: a stand-in of its architecture family (:mod:`mrbench.engine.models.standin`);
 - the steps: :data:`STEPS` optimizer steps (the checkpoint cadence stays ``auto``, a tenth of the
   steps: every step here), one seed (the first; seeds differ only in their random stream);
 - each evaluation: at most :data:`EVAL_LIMIT` items (``eval_limit``);
@@ -77,7 +77,7 @@ def rehearsal_spec(
     """The rehearsal of ``spec``: the same cells and settings with the changes of the module
     docstring. ``missing(spec)``: the datasets not on this machine, ``(task, dataset, setting)``
     (default :func:`missing_datasets`, the sweep's own data check)."""
-    from mrbench.engine.standin import MEAN_TOKENS, family_of, standin_name
+    from mrbench.engine.models.standin import MEAN_TOKENS, family_of, standin_name
 
     notes: list[str] = []
     models = sorted({m for t in spec.tasks for m in spec.models_for(t)})
@@ -127,7 +127,7 @@ def rehearsal_spec(
 
 
 def _family_class(model: str) -> str:
-    from mrbench.engine.standin import family_of
+    from mrbench.engine.models.standin import family_of
 
     return {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[family_of(model)]
 
@@ -158,7 +158,7 @@ def _process_layout(spec: SweepSpec) -> tuple[int, str, str]:
     """Processes per cell and preset on the CPU, and a note when they differ from ``spec``'s."""
     if spec.processes_per_cell <= 1:
         return 1, spec.distributed, ""
-    from mrbench.engine.distributed import check_processes
+    from mrbench.engine.processes.distributed import check_processes
 
     processes = min(spec.processes_per_cell, CPU_PROCESSES)
     try:
@@ -290,7 +290,7 @@ def run_rehearsal(
             rehearsal.spec, tracking_uri=uri, dry_run=True, resolve=resolve, cell_fn=cell_fn, console=console
         )
         return result
-    from mrbench.engine.models import prepare_model
+    from mrbench.engine.models.catalog import prepare_model
 
     t_models = time.perf_counter()
     for model in sorted({m for t in rehearsal.spec.tasks for m in rehearsal.spec.models_for(t)}):

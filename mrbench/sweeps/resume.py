@@ -5,7 +5,7 @@ invocation (kill -9, power loss) are marked KILLED, so the MLflow UI is truthful
 cells, like FAILED and KILLED ones, run again (a RUNNING run whose own process is alive, by its
 ``host``, ``pid`` and ``heartbeat`` tags, is not stale: a ``mrbench run`` of the cell, say; its cell
 is "held by" that process): a KILLED one with a training checkpoint goes on in
-the same run from that checkpoint (the cell function decides, :mod:`mrbench.engine.resume`; the
+the same run from that checkpoint (the cell function decides, :mod:`mrbench.engine.cell.resume`; the
 state printed here says "resume from step N"). The runs of another invocation of the same sweep
 that is still alive (:mod:`mrbench.sweeps.liveness`) are left alone: the two share the cells,
 each running those it claims first (:mod:`mrbench.sweeps.claims`).
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrbench.core import layout
-from mrbench.engine.resume import resumable_step
+from mrbench.engine.cell.resume import resumable_step
 from mrbench.store.claims import describe
 from mrbench.store.uri import missing_sqlite_store
 from mrbench.sweeps.cell import Cell

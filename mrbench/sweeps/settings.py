@@ -22,8 +22,8 @@ from mrbench.core import limits
 from mrbench.core.errors import UserError
 from mrbench.core.names import MAX_NAME_LENGTH, name_problem
 from mrbench.core.registry import Range
-from mrbench.engine.distributed import DISTRIBUTED
-from mrbench.engine.resume import CHECKPOINT_EVERY_ENV, parse_checkpoint_every
+from mrbench.engine.cell.resume import CHECKPOINT_EVERY_ENV, parse_checkpoint_every
+from mrbench.engine.processes.distributed import DISTRIBUTED
 from mrbench.lab.presets import get_scenario
 from mrbench.store.client import DEFAULT_RETRY_S, RETRY_ENV
 from mrbench.sweeps.memory_plan import parse_size

@@ -88,7 +88,7 @@ class SweepSpec:
     cpus_per_cell: float = 1.0
     """CPUs requested per cell from Ray; its whole part is the cell's thread count."""
     processes_per_cell: int = 1
-    """Processes training each cell (``accelerate launch``; see :mod:`mrbench.engine.distributed`)."""
+    """Processes training each cell (see :mod:`mrbench.engine.processes.distributed`)."""
     distributed: str = "ddp"
     """The ``accelerate`` preset of a multi-process cell: ``ddp``, ``fsdp`` or ``zero3``."""
     gpu_memory: int | None = None
@@ -105,7 +105,7 @@ class SweepSpec:
     eval: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Extra evaluation datasets per task (``mrbench eval --dataset`` names), evaluated on each
     FINISHED cell's saved policy after training; not part of the run key
-    (:mod:`mrbench.engine.extra_evals`). The ``paper`` preset's are the paper's other benchmarks."""
+    (:mod:`mrbench.engine.evaluation.extra_evals`). The ``paper`` preset's: the paper's other benchmarks."""
     lab: tuple[str, ...] = ()
     """Estimator-lab scenarios (:mod:`mrbench.lab.presets`) simulated with the sweep's methods before
     the report, which opens with their table (:mod:`mrbench.lab.in_sweep`); the presets list all."""
@@ -464,7 +464,7 @@ def check_names(spec: SweepSpec, keys: set[str], source: str) -> None:
     import mrbench.methods as methods
     import mrbench.tasks as tasks
     from mrbench.engine.config import TrainSettings
-    from mrbench.engine.models import validate_model_name
+    from mrbench.engine.models.catalog import validate_model_name
 
     checks: list[tuple[str, str, Any]] = []  # (key, the setting's key, a check to call)
     checks += [("methods", "methods", lambda m=m: methods.get_method(m)) for m in spec.methods]

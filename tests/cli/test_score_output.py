@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from mrbench.engine.scoring import ScoreReport, format_report
+from mrbench.engine.evaluation.scoring import ScoreReport, format_report
 
 
 def _report(summary: dict[str, float | None]) -> ScoreReport:

@@ -17,7 +17,7 @@ from cli_procs import mrbench_script
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
-from mrbench.engine import console, phases
+from mrbench.engine.runs import console, phases
 
 TESTS = Path(__file__).resolve().parents[1]
 FAKE_SWEEP_CLI = TESTS / "sweeps" / "fake_sweep_cli.py"
@@ -154,7 +154,7 @@ def test_sweep_on_a_terminal_draws_the_live_table(tmp_path):
 
 CAPTURING = """
 import logging, os, subprocess, sys, warnings
-from mrbench.engine import console
+from mrbench.engine.runs import console
 
 with console.capture_output(sys.argv[1], verbose=False):
     print("from print")

@@ -235,7 +235,7 @@ def _start_fake_ui(tmp_path: Path, *args: str, sigint_ignored: bool = False) -> 
     with ``sigint_ignored``, as in a background job of a non-interactive shell (``mrbench ui &``)."""
     from cli_procs import default_stop_signals
 
-    from mrbench.engine import console
+    from mrbench.engine.runs import console
 
     def signals() -> None:
         default_stop_signals()

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from mrbench.engine import eval_cache
+from mrbench.engine.evaluation import eval_cache
 
 
 def cache_on_rank(rank: int, world: int, rendezvous: str, root: str) -> None:

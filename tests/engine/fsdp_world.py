@@ -2,10 +2,10 @@
 worker (the session fixture :func:`fsdp_world`), shared by ``test_fsdp_cpu.py`` and
 ``test_sharded_checkpoints.py``.
 
-Each rank starts the world as a cell does (:func:`mrbench.engine.distributed.from_rank0`, before
+Each rank starts the world as a cell does (:func:`mrbench.engine.processes.distributed.from_rank0`, before
 any trainer; the timeout it gives the group goes to ``rank<r>.json``), then builds accelerate's
 ``Accelerator`` as a cell's trainer does (``cpu=True``, bf16 mixed
-precision), first as accelerate 1.16 is, then adapted by :mod:`mrbench.engine.sharding`; prepares a
+precision), first as accelerate 1.16 is, then adapted by :mod:`mrbench.engine.processes.sharding`; prepares a
 two-layer model and takes one AdamW step; reports what accelerate made of it
 (``rank<r>.json``); and saves the model and optimizer with accelerate's own
 ``save_fsdp_model``/``save_fsdp_optimizer`` in both FSDP state-dict types
@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from mrbench.engine import distributed
+from mrbench.engine.processes import distributed
 
 WORLD = 2
 
@@ -35,7 +35,7 @@ def _prepared(adapt: bool, process_rank: int, out: Path | None) -> dict[str, str
 
     AcceleratorState._reset_state(reset_partial_state=True)  # the process group stays
     if adapt:
-        from mrbench.engine.sharding import adapt_accelerate
+        from mrbench.engine.processes.sharding import adapt_accelerate
 
         adapt_accelerate()
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")  # what TrainingArguments(use_cpu, bf16) asks
@@ -64,7 +64,7 @@ def _prepared(adapt: bool, process_rank: int, out: Path | None) -> dict[str, str
 
 
 def _started_by_from_rank0(process_rank: int) -> dict[str, str]:
-    """Start the world as a cell does (:func:`~mrbench.engine.distributed.from_rank0`, before any
+    """Start the world as a cell does (:func:`~mrbench.engine.processes.distributed.from_rank0`, before any
     trainer): the timeout it gives accelerate's ``PartialState`` and the one the gloo group got."""
     from accelerate.state import PartialState
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.cli.app import main
-from mrbench.engine import runner
+from mrbench.engine.cell import runner
 
 READY = Path(sys.argv[1])
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from mrbench.core.errors import UserError
-from mrbench.engine import allocator
+from mrbench.engine.processes import allocator
 
 pytestmark = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt: Linux only"
@@ -24,7 +24,7 @@ BLOCK = 64 << 20  # above glibc's largest adaptive mapping threshold (32 MiB)
 # through torch, free it, and report glibc's own counters (mallinfo2) around it.
 PROBE = f"""
 import ctypes, json
-from mrbench.engine.allocator import keep_freed_blocks
+from mrbench.engine.processes.allocator import keep_freed_blocks
 
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in (

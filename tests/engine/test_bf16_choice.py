@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mrbench.engine.models import bf16_supported, mixed_precision
+from mrbench.engine.models.catalog import bf16_supported, mixed_precision
 
 
 def _gpu(monkeypatch: pytest.MonkeyPatch, *, ampere: bool) -> None:

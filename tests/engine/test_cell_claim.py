@@ -20,11 +20,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
-from mrbench.engine import resume
-from mrbench.engine.cell_claim import LOCK_NAME, CellClaim, CellHeld
-from mrbench.engine.checkpoints import CellFolder
+from mrbench.engine.cell import resume
+from mrbench.engine.cell.cell_claim import LOCK_NAME, CellClaim, CellHeld
+from mrbench.engine.cell.checkpoints import CellFolder
+from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.runner import run_cell
 from mrbench.store.claims import STALE_AFTER_S
 from mrbench.store.client import ensure_experiment
 
@@ -153,8 +153,8 @@ CLAIM_IN_CHILD = """
 import sys
 from pathlib import Path
 from mrbench.core.errors import UserError
-from mrbench.engine.cell_claim import CellClaim
-from mrbench.engine.checkpoints import CellFolder
+from mrbench.engine.cell.cell_claim import CellClaim
+from mrbench.engine.cell.checkpoints import CellFolder
 try:
     with CellClaim(CellFolder(Path(sys.argv[1])), "m|t|x|s0"):
         sys.exit(0)

@@ -12,17 +12,17 @@ from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.engine.checkpoints import (
+from mrbench.engine.cell.checkpoints import (
     CellFolder,
     SaveMode,
     folder_size_mb,
     parse_save,
     save_policy,
 )
+from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import RunSpec, resolve_spec
-from mrbench.engine.models import load_model, load_tokenizer
-from mrbench.engine.runner import run_cell
-from mrbench.engine.tracking import RunLog
+from mrbench.engine.models.catalog import load_model, load_tokenizer
+from mrbench.engine.runs.tracking import RunLog
 from mrbench.store.client import RetryingClient, TrackingUnavailable, ensure_experiment
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mrbench.core.errors import UserError
-from mrbench.engine import console
+from mrbench.engine.runs import console
 
 
 def test_the_oldest_command_logs_go_as_a_new_one_starts(

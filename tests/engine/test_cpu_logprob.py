@@ -1,5 +1,5 @@
 """mrbench's CPU folds for TRL's chunked log-prob kernel give TRL's own results bit for bit
-(mrbench/engine/cpu_logprob.py): fold by fold on adversarial tiles, through the autograd function
+(mrbench/engine/training/cpu_logprob.py): fold by fold on adversarial tiles, through the autograd function
 with several token and vocabulary chunks, and over real GRPO training steps."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from trl.kernels import chunked_logprob as ck
 
 from mrbench.core.errors import UserError
-from mrbench.engine import cpu_logprob
+from mrbench.engine.training import cpu_logprob
 
 
 @pytest.fixture(autouse=True)
@@ -179,7 +179,7 @@ def test_the_autograd_function_gives_the_same_bits_with_mrbench_folds(monkeypatc
 
 def test_install_needs_the_known_trl_and_can_be_refused(monkeypatch) -> None:
     assert cpu_logprob.trl_digest() == cpu_logprob.KNOWN_TRL_DIGEST, (
-        "TRL's chunked log-prob kernel changed: check mrbench/engine/cpu_logprob.py against it, "
+        "TRL's chunked log-prob kernel changed: check mrbench/engine/training/cpu_logprob.py against it, "
         "then update KNOWN_TRL_DIGEST"
     )
     monkeypatch.setenv(cpu_logprob.FOLD_ENV, "trl")
@@ -206,7 +206,7 @@ def _trained(model_dir, tmp_path, *, install: bool) -> tuple[dict[str, torch.Ten
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from mrbench.engine.models import load_model, load_tokenizer
+    from mrbench.engine.models.catalog import load_model, load_tokenizer
 
     if install:
         assert cpu_logprob.install()
@@ -242,6 +242,6 @@ def test_grpo_training_is_bit_for_bit_the_same_with_mrbench_folds(micro_model_di
 
 
 def _initial(model_dir) -> dict[str, torch.Tensor]:
-    from mrbench.engine.models import load_model
+    from mrbench.engine.models.catalog import load_model
 
     return load_model(str(model_dir)).state_dict()

@@ -20,9 +20,9 @@ import torch.multiprocessing as mp
 
 import mrbench.methods as methods
 from mrbench.core.errors import UserError
-from mrbench.engine import distributed
-from mrbench.engine.checkpoints import CellFolder, save_policy
-from mrbench.engine.distributed import (
+from mrbench.engine.cell.checkpoints import CellFolder, save_policy
+from mrbench.engine.processes import distributed
+from mrbench.engine.processes.distributed import (
     DISTRIBUTED,
     ReplicaFolder,
     SilentClient,
@@ -35,7 +35,7 @@ from mrbench.engine.distributed import (
     rank_client,
     rank_folder,
 )
-from mrbench.engine.tracking import RunLog
+from mrbench.engine.runs.tracking import RunLog
 from mrbench.store.client import RetryingClient, ensure_experiment
 from mrbench.sweeps.cell import Cell, CellContext
 from mrbench.sweeps.cell_process import cell_payload, check_processes_per_cell
@@ -121,7 +121,7 @@ def test_presets_parse_and_launch_the_worker(preset: str, flags: dict[str, Any],
     assert command[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
     args, _defaults, _mp = _validate_launch_command(launch_command_parser().parse_args(command[3:]))
     assert args.num_processes == 4 and args.num_machines == 1 and args.main_process_port == 29123
-    assert args.module and args.training_script == "mrbench.engine.distributed"
+    assert args.module and args.training_script == "mrbench.engine.processes.distributed"
     assert args.training_script_args == [str(payload)]
     for name, value in flags.items():
         assert getattr(args, name) == value, name
@@ -134,7 +134,7 @@ def test_check_processes_names_bad_values():
         check_processes(0)
     with pytest.raises(UserError, match=r"--distributed 'fdsp' \(did you mean 'fsdp'\?\)"):
         check_processes(2, "fdsp")
-    check_processes(2, "fsdp", cuda=False)  # FSDP2 over gloo (mrbench.engine.sharding)
+    check_processes(2, "fsdp", cuda=False)  # FSDP2 over gloo (mrbench.engine.processes.sharding)
     with pytest.raises(UserError, match="--distributed zero3 needs CUDA GPUs"):
         check_processes(2, "zero3", cuda=False)
     assert set(DISTRIBUTED) == {"ddp", "fsdp", "zero3"}
@@ -316,7 +316,7 @@ def test_forked_ranks_see_what_accelerate_launch_gives_its_ranks(preset, monkeyp
 
 
 def test_ranks_are_launched_by_accelerate_when_asked_or_on_cuda(monkeypatch):
-    from mrbench.engine import rank_fork
+    from mrbench.engine.processes import rank_fork
 
     monkeypatch.delenv(rank_fork.RANK_LAUNCH_ENV, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-import mrbench.engine.trainer as trainer_module
+import mrbench.engine.training.trainer as trainer_module
 from mrbench.core.rollout import RolloutBatch, RolloutContext
+from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.distributed import launch_cell, rank
-from mrbench.engine.runner import run_cell
+from mrbench.engine.processes.distributed import launch_cell, rank
 from mrbench.tasks.tool_calling.task import ToolCallingTask
 
 HERE = Path(__file__).resolve().parent

@@ -8,9 +8,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
-from mrbench.engine import eval_cache
+from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.runner import run_cell
+from mrbench.engine.evaluation import eval_cache
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
 TRAIN = {"steps": "1", "num_generations": "2", "prompts_per_step": "2", "eval_limit": "4"}
@@ -87,7 +87,7 @@ def test_second_cell_reuses_the_first_cells_evaluation(micro_model_dir, tmp_path
 
 HOLDER = """
 import sys, time
-from mrbench.engine import eval_cache
+from mrbench.engine.evaluation import eval_cache
 key = sys.argv[1]
 with eval_cache.computing(key):
     print("holding", flush=True)

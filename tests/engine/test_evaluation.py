@@ -14,9 +14,10 @@ from mlflow.tracking import MlflowClient
 
 import mrbench.core.layout as layout
 from mrbench.core.errors import UserError
-from mrbench.engine import evaluation, runner
+from mrbench.engine.cell import runner
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.evaluation import EvalSpec, run_eval, task_settings, with_pass_at_k
+from mrbench.engine.evaluation import evaluate as evaluation
+from mrbench.engine.evaluation.evaluate import EvalSpec, run_eval, task_settings, with_pass_at_k
 
 TOOLS = {"n_train": "16", "n_eval": "4"}
 

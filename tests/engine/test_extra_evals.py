@@ -16,7 +16,7 @@ from rich.console import Console
 
 import mrbench.core.layout as layout
 from mrbench.core.errors import UserError
-from mrbench.engine import extra_evals
+from mrbench.engine.evaluation import extra_evals
 from mrbench.sweeps.grid import expand_grid
 from mrbench.sweeps.orchestrator import run_sweep
 from mrbench.sweeps.spec import PRESETS, apply_settings, build_sweep_spec

@@ -1,4 +1,4 @@
-"""``--distributed fsdp`` on the CPU: accelerate's FSDP2 path over gloo (:mod:`mrbench.engine.sharding`).
+"""``--distributed fsdp`` on the CPU: accelerate's FSDP2 path over gloo (engine.processes.sharding).
 
 The default test builds accelerate's ``Accelerator`` in a real 2-process gloo world
 (:mod:`fsdp_world`), with the environment ``accelerate launch`` gives an ``fsdp`` preset's worker,
@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient
 from test_resume_cell import _assert_resumed_like_whole, _only_run
 from test_resume_distributed import EVERY, STEPS, TASK_PARAMS, TRAIN, _kill_after_checkpoint
 
-from mrbench.engine import resume
+from mrbench.engine.cell import resume
 
 
 def test_an_fsdp_worker_on_the_cpu_shards_and_reduces_gradients_in_float32(fsdp_world: Path) -> None:
@@ -39,7 +39,7 @@ def test_an_fsdp_worker_on_the_cpu_shards_and_reduces_gradients_in_float32(fsdp_
             "reduce_dtype": "torch.float32",
             "compute_dtype": "torch.bfloat16",
         }
-        # What mrbench.engine.sharding exists for (accelerate 1.16): plain DDP over gloo.
+        # What mrbench.engine.processes.sharding exists for (accelerate 1.16): plain DDP over gloo.
         assert reports["plain"]["type"] == "DistributedType.MULTI_CPU"
         assert reports["plain"]["param"] == "Parameter"
 

@@ -21,10 +21,11 @@ from test_distributed_cell import TASK as DISTRIBUTED_TASK
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.engine import grpo_setup, rollout_adapter, runner
+from mrbench.engine.cell import runner
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.devices import gpus_for_slot, pin_for_cell, visible_gpus
-from mrbench.engine.trainer import MultiRewardGRPOTrainer
+from mrbench.engine.processes.devices import gpus_for_slot, pin_for_cell, visible_gpus
+from mrbench.engine.training import grpo_setup, rollout_adapter
+from mrbench.engine.training.trainer import MultiRewardGRPOTrainer
 
 REPO = Path(__file__).resolve().parents[2]
 FIXED = DISTRIBUTED_TASK  # rewards that differ within groups
@@ -197,7 +198,7 @@ def _episodes_on_rank(rank: int, world: int, rendezvous: str, out: str) -> None:
     counting its ``generate`` calls; the turn sync is an all-reduce over gloo."""
     import torch.distributed as dist
 
-    from mrbench.engine.tiny import train_tokenizer
+    from mrbench.engine.models.tiny import train_tokenizer
     from mrbench.tasks.agent_security.rollout import run_token_episodes
     from mrbench.tasks.agent_security.scenarios import EmbeddedEnv, generate
 
@@ -255,8 +256,8 @@ def test_ranks_whose_episodes_end_at_different_turns_make_the_same_generate_call
 
 
 def test_vllm_context_is_capped_from_the_task(micro_model_dir: Path, tmp_path: Path) -> None:
-    from mrbench.engine.generation import vllm_context_cap
-    from mrbench.engine.models import load_tokenizer
+    from mrbench.engine.evaluation.generation import vllm_context_cap
+    from mrbench.engine.models.catalog import load_tokenizer
     from mrbench.tasks import build_task
 
     tok = load_tokenizer(str(micro_model_dir))
@@ -322,7 +323,7 @@ def test_out_of_memory_in_the_agent_security_evaluation_fails_the_cell_and_cache
 ) -> None:
     """Finding 3 of issue 33: an evaluation that runs out of GPU memory is no row of
     ``policy_error`` episodes; the cell ends FAILED and the cache keeps no bogus "before" figure."""
-    from mrbench.engine.generation import HFGenerator
+    from mrbench.engine.evaluation.generation import HFGenerator
 
     results = tmp_path / "results"
     monkeypatch.setenv("MRBENCH_RESULTS", str(results))
@@ -356,7 +357,7 @@ def test_vllm_generates_in_the_cells_precision(
     from trl.generation import vllm_generation
 
     import mrbench.methods as methods
-    from mrbench.engine.models import load_tokenizer
+    from mrbench.engine.models.catalog import load_tokenizer
     from mrbench.tasks import build_task
 
     built: list[dict[str, Any]] = []
@@ -504,10 +505,10 @@ def test_a_cell_builds_its_trainer_inside_the_vllm_options(
     micro_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The runner builds the trainer (where TRL builds ``vllm.LLM``) inside
-    :func:`~mrbench.engine.grpo_setup.vllm_engine_options` of the cell's spec."""
+    :func:`~mrbench.engine.training.grpo_setup.vllm_engine_options` of the cell's spec."""
     import contextlib
 
-    import mrbench.engine.trainer as trainer_module
+    import mrbench.engine.training.trainer as trainer_module
 
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
     active: list[Any] = []

@@ -18,12 +18,12 @@ from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import TrainSettings, resolve_spec
-from mrbench.engine.generation import require_vllm
-from mrbench.engine.grpo_setup import grpo_config
-from mrbench.engine.models import mixed_precision
-from mrbench.engine.rollout_adapter import policy_sampler
-from mrbench.engine.runner import run_cell
+from mrbench.engine.evaluation.generation import require_vllm
+from mrbench.engine.models.catalog import mixed_precision
+from mrbench.engine.training.grpo_setup import grpo_config
+from mrbench.engine.training.rollout_adapter import policy_sampler
 from mrbench.tasks import build_task
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@
   cells check theirs where Ray runs them.
 
 No GPU is needed: the GPUs a process may use are read from ``CUDA_VISIBLE_DEVICES`` without
-starting CUDA (:func:`mrbench.engine.devices.visible_gpus`).
+starting CUDA (:func:`mrbench.engine.processes.devices.visible_gpus`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 from test_distributed import ToySpec, toy_cell
 
 from mrbench.core.errors import UserError
-from mrbench.engine.devices import VISIBLE, check_gpus_for_processes, gpus_for_slot, ray_gpus
-from mrbench.engine.distributed import check_processes
+from mrbench.engine.processes.devices import VISIBLE, check_gpus_for_processes, gpus_for_slot, ray_gpus
+from mrbench.engine.processes.distributed import check_processes
 from mrbench.sweeps import orchestrator
 from mrbench.sweeps.cell import Cell
 from mrbench.sweeps.cell_process import check_processes_per_cell

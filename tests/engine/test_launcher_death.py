@@ -53,7 +53,7 @@ def sleepy_cell(spec: SleepySpec, *, record: str) -> None:
 
 LAUNCHER = """
 import sys
-from mrbench.engine.distributed import launch_cell
+from mrbench.engine.processes.distributed import launch_cell
 from test_launcher_death import SleepySpec
 launch_cell(
     SleepySpec("x"), processes=2, cell_fn="test_launcher_death:sleepy_cell", record=sys.argv[1],
@@ -118,7 +118,7 @@ def full_disk_cell(spec: SleepySpec, *, record: str) -> None:
 def test_a_rank_out_of_room_is_the_launchers_out_of_room(fork: bool, tmp_path: Path, monkeypatch) -> None:
     """`mrbench run --processes-per-cell 2` on a full disk says what one process does: the folder, the
     disk, and that the run resumes (not an unexpected RuntimeError)."""
-    from mrbench.engine.distributed import launch_cell
+    from mrbench.engine.processes.distributed import launch_cell
     from mrbench.store.faults import OutOfRoom
 
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))

@@ -3,9 +3,9 @@ import itertools
 import pytest
 
 from mrbench.core.errors import UserError
-from mrbench.engine.generation import HFGenerator
-from mrbench.engine.models import load_model, load_tokenizer, prepare_model, validate_model_name
-from mrbench.engine.tiny import TINY_PRESETS, count_parameters, tiny_cache_key
+from mrbench.engine.evaluation.generation import HFGenerator
+from mrbench.engine.models.catalog import load_model, load_tokenizer, prepare_model, validate_model_name
+from mrbench.engine.models.tiny import TINY_PRESETS, count_parameters, tiny_cache_key
 
 
 def test_ladder_grows_about_4x_per_rung():
@@ -56,7 +56,7 @@ def test_micro_model_tokenizer_and_generation(micro_model_dir):
 def test_completion_loss_equals_transformers_loss(micro_model_dir):
     import torch
 
-    from mrbench.engine.tiny import _completion_loss
+    from mrbench.engine.models.tiny import _completion_loss
 
     model = load_model(str(micro_model_dir))
     torch.manual_seed(0)
@@ -74,7 +74,7 @@ def test_completion_loss_equals_transformers_loss(micro_model_dir):
 def test_bucketed_batches_are_full_random_and_length_sorted_within():
     import random
 
-    from mrbench.engine.tiny import _BUCKET_GROUP, _bucketed_batches
+    from mrbench.engine.models.tiny import _BUCKET_GROUP, _bucketed_batches
 
     # Two "tasks": short and long examples, interleaved in the source list.
     encoded = [([0] * (5 if i % 2 else 50), [0]) for i in range(100)]
@@ -93,7 +93,7 @@ def test_built_tokenizer_loads_back_cutting_text_as_trained(micro_model_dir):
     """The warm start and every later run must see the same token ids (numbers above all)."""
     from transformers import PreTrainedTokenizerFast
 
-    from mrbench.engine.tiny import check_tokenizer_round_trip
+    from mrbench.engine.models.tiny import check_tokenizer_round_trip
 
     loaded = load_tokenizer(str(micro_model_dir))
     as_trained = PreTrainedTokenizerFast(tokenizer_file=str(micro_model_dir / "tokenizer.json"))
@@ -111,7 +111,7 @@ def test_round_trip_check_rejects_a_loader_that_cuts_differently(tmp_path, micro
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from mrbench.engine.tiny import check_tokenizer_round_trip
+    from mrbench.engine.models.tiny import check_tokenizer_round_trip
 
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2 split: "1931" stays whole
@@ -127,7 +127,7 @@ def test_round_trip_check_rejects_a_loader_that_cuts_differently(tmp_path, micro
 
 
 def test_demo_labels_cover_every_assistant_turn(micro_model_dir):
-    from mrbench.engine.tiny import _encode_demo
+    from mrbench.engine.models.tiny import _encode_demo
 
     tok = load_tokenizer(str(micro_model_dir))
     user = [{"role": "user", "content": "add 1 2"}]
@@ -155,7 +155,7 @@ def test_the_warm_start_runs_on_one_thread_whatever_the_caller_uses(monkeypatch,
     warm-starts on one (and gives the caller its threads back)."""
     import torch
 
-    from mrbench.engine import tiny
+    from mrbench.engine.models import tiny
 
     preset = tiny.TinyPreset(32, 1, 2, 1, 64, sft_steps=3, sft_lr=5e-3, vocab_size=400)
     prompt = [{"role": "system", "content": "Call add."}, {"role": "user", "content": "add 1 2"}]

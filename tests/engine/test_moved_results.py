@@ -22,9 +22,9 @@ from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
-from mrbench.engine.checkpoints import CellFolder
+from mrbench.engine.cell.checkpoints import CellFolder
+from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import RunSpec
-from mrbench.engine.runner import run_cell
 from mrbench.store.client import check_tracking_reachable, ensure_experiment
 from mrbench.store.local import reroot_moved_store, resolve_tracking_uri
 from mrbench.store.reader import open_reader

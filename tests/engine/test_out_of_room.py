@@ -21,11 +21,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
-from mrbench.engine import resume
-from mrbench.engine.checkpoints import CellFolder
+from mrbench.engine.cell import resume
+from mrbench.engine.cell.checkpoints import CellFolder
+from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.run_guard import ends_run_on_error
-from mrbench.engine.runner import run_cell
+from mrbench.engine.runs.run_guard import ends_run_on_error
 from mrbench.store.client import RetryingClient, ensure_experiment
 from mrbench.store.empty_store import seed_new_store
 from mrbench.store.faults import OutOfRoom, describe_fault

@@ -1,4 +1,4 @@
-"""Shared-prefix scoring and generation (mrbench/engine/shared_prefix.py) equal TRL's repeated
+"""Shared-prefix scoring and generation (mrbench/engine/training/shared_prefix.py) equal TRL's repeated
 computation: per-token log-probabilities and entropies within 1e-4, gradients of the GRPO loss
 within 1e-5 relative, three training steps within 1e-5, generation token for token; on batches
 with prompts and completions of mixed lengths, in any row order."""
@@ -14,11 +14,11 @@ from trl.trainer.utils import add_fused_lm_head
 
 import mrbench.methods as methods
 from mrbench.core.errors import UserError
-from mrbench.engine import shared_prefix
 from mrbench.engine.config import RunSpec, TrainSettings
-from mrbench.engine.models import load_model, load_tokenizer
-from mrbench.engine.tiny import TINY_PRESETS
-from mrbench.engine.trainer import MultiRewardGRPOTrainer
+from mrbench.engine.models.catalog import load_model, load_tokenizer
+from mrbench.engine.models.tiny import TINY_PRESETS
+from mrbench.engine.training import shared_prefix
+from mrbench.engine.training.trainer import MultiRewardGRPOTrainer
 
 G = 4
 

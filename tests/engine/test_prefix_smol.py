@@ -15,8 +15,8 @@ import torch
 from test_prefix_scoring import score
 from trl.trainer.utils import add_fused_lm_head
 
-from mrbench.engine import shared_prefix
-from mrbench.engine.models import load_model, load_tokenizer
+from mrbench.engine.models.catalog import load_model, load_tokenizer
+from mrbench.engine.training import shared_prefix
 
 pytestmark = pytest.mark.slow
 

@@ -28,12 +28,12 @@ from mlflow.tracking import MlflowClient
 from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.core.records import RewardsRecord
-from mrbench.engine import resume
-from mrbench.engine.checkpoints import CellFolder, parse_save
+from mrbench.engine.cell import resume
+from mrbench.engine.cell.checkpoints import CellFolder, parse_save
+from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.reward_log import RewardLog
-from mrbench.engine.run_diagnostics import DiagnosticsAccumulator
-from mrbench.engine.runner import run_cell
+from mrbench.engine.training.reward_log import RewardLog
+from mrbench.engine.training.run_diagnostics import DiagnosticsAccumulator
 from mrbench.store.client import RetryingClient, ensure_experiment
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
@@ -292,9 +292,9 @@ def test_a_corrupt_checkpoint_is_named_and_the_cell_trains_from_scratch(
     weights = bad / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])  # truncated
 
-    with caplog.at_level(logging.WARNING, logger="mrbench.engine.resume"):
+    with caplog.at_level(logging.WARNING, logger="mrbench.engine.cell.resume"):
         done = run_cell(spec, tracking_uri=uri, experiment="bad", progress=False, checkpoint_every=2)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "mrbench.engine.resume"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "mrbench.engine.cell.resume"]
     assert len(warnings) == 1 and str(bad) in warnings[0] and "model.safetensors" in warnings[0]
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("bad").experiment_id])
@@ -359,7 +359,7 @@ def test_the_newest_good_checkpoint_is_used_and_bad_newer_ones_are_named(results
     partial = folder.root / "checkpoint-6"
     partial.mkdir()
     (partial / "optimizer.pt").write_bytes(b"half")  # killed while saving: no marker yet
-    with caplog.at_level(logging.WARNING, logger="mrbench.engine.resume"):
+    with caplog.at_level(logging.WARNING, logger="mrbench.engine.cell.resume"):
         point = resume.latest_resume_point(folder, "key1")
     assert point is not None and point.path == good and point.step == 2
     warnings = [r.getMessage() for r in caplog.records]

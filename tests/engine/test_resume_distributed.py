@@ -25,7 +25,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from test_resume_cell import LOSS, _assert_resumed_like_whole, _complete_checkpoints, _only_run
 
-from mrbench.engine import resume
+from mrbench.engine.cell import resume
 
 # 8 prompts, 2 per step: an epoch is 4 steps, so any checkpoint resumes past the first epoch. A step
 # takes a fraction of a second: 30 of them leave the time to kill the cell between two checkpoints.

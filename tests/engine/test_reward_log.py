@@ -1,5 +1,5 @@
 """``rewards.npz`` (:class:`~mrbench.core.records.RewardsRecord`) and the engine's
-:class:`~mrbench.engine.reward_log.RewardLog` that fills it."""
+:class:`~mrbench.engine.training.reward_log.RewardLog` that fills it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mrbench.core.records import RecordError, RewardsRecord
-from mrbench.engine.reward_log import RewardLog, group_prompt_ids, prompt_id
+from mrbench.engine.training.reward_log import RewardLog, group_prompt_ids, prompt_id
 
 
 def _record(t: int = 3, p: int = 2, g: int = 4, k: int = 3) -> RewardsRecord:

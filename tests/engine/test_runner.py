@@ -5,9 +5,9 @@ from __future__ import annotations
 from mlflow.tracking import MlflowClient
 
 import mrbench.core.layout as layout
+from mrbench.engine.cell.runner import MlflowStepLogger, cell_tags
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.runner import MlflowStepLogger, cell_tags
-from mrbench.engine.tracking import RunLog
+from mrbench.engine.runs.tracking import RunLog
 from mrbench.store.client import RetryingClient, ensure_experiment
 from mrbench.tasks import build_task
 

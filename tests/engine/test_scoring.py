@@ -11,13 +11,13 @@ import typer
 from fakes import EmptyTask
 from typer.testing import CliRunner
 
-import mrbench.engine.scoring
+import mrbench.engine.evaluation.scoring
 import mrbench.tasks as tasks
 from mrbench.cli.commands.score import register
 from mrbench.core.contracts import ScoredItem
 from mrbench.core.errors import UserError
 from mrbench.core.registry import Entry
-from mrbench.engine.scoring import read_items, score_task, summarize
+from mrbench.engine.evaluation.scoring import read_items, score_task, summarize
 
 
 class _PlainTask(EmptyTask):
@@ -75,7 +75,7 @@ def _write(tmp_path, lines: list[str]) -> str:
 
 
 def test_doctests():
-    assert doctest.testmod(mrbench.engine.scoring).failed == 0
+    assert doctest.testmod(mrbench.engine.evaluation.scoring).failed == 0
 
 
 def test_read_items_reports_each_bad_line_and_keeps_the_rest(tmp_path):

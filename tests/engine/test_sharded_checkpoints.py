@@ -3,7 +3,7 @@ resumed, and a kept (``save every:N``) one drops their optimizer state.
 
 The FSDP files are accelerate's own, written in a real 2-process FSDP2 world on the CPU
 (:mod:`fsdp_world`) in both state-dict types; the DeepSpeed ZeRO-3 folder is laid out by hand as
-DeepSpeed's ``save_checkpoint`` names its files (``mrbench.engine.checkpoint_layout``), since
+DeepSpeed's ``save_checkpoint`` names its files (``mrbench.engine.cell.checkpoint_layout``), since
 DeepSpeed needs GPUs. Each checkpoint is completed by mrbench's own :class:`CheckpointWriter`, as
 rank 0 of a 2-process cell completes it.
 """
@@ -20,8 +20,8 @@ import torch
 from fsdp_world import WORLD
 from safetensors.torch import save_file
 
-from mrbench.engine import checkpoint_layout, resume
-from mrbench.engine.checkpoints import CellFolder, parse_save
+from mrbench.engine.cell import checkpoint_layout, resume
+from mrbench.engine.cell.checkpoints import CellFolder, parse_save
 
 KEY = "sharded-key"
 

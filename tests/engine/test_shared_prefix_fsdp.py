@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from mrbench.core.errors import UserError
-from mrbench.engine import shared_prefix
+from mrbench.engine.training import shared_prefix
 
 
 def _qwen2() -> object:

@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from mrbench.core.errors import UserError
-from mrbench.engine import threads
-from mrbench.engine.pretrained import MODEL_MARKER
-from mrbench.engine.tiny import TINY_TASK_SETTINGS
+from mrbench.engine.models.pretrained import MODEL_MARKER
+from mrbench.engine.models.tiny import TINY_TASK_SETTINGS
+from mrbench.engine.processes import threads
 
 
 @pytest.fixture(autouse=True)

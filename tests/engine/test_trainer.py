@@ -14,11 +14,11 @@ from mrbench.core import layout
 from mrbench.core.errors import UnknownNameError
 from mrbench.core.records import BatchDiagnostics, ShadowComparison, ShadowStats
 from mrbench.core.rollout import RolloutBatch, RolloutContext
-from mrbench.engine.models import load_model, load_tokenizer
-from mrbench.engine.rollout_adapter import trl_rollout_output
-from mrbench.engine.run_diagnostics import DiagnosticsAccumulator
-from mrbench.engine.step_diagnostics import resolve_shadows
-from mrbench.engine.trainer import MultiRewardGRPOTrainer
+from mrbench.engine.models.catalog import load_model, load_tokenizer
+from mrbench.engine.training.rollout_adapter import trl_rollout_output
+from mrbench.engine.training.run_diagnostics import DiagnosticsAccumulator
+from mrbench.engine.training.step_diagnostics import resolve_shadows
+from mrbench.engine.training.trainer import MultiRewardGRPOTrainer
 
 G = 4
 
@@ -164,10 +164,12 @@ def test_failing_shadow_is_skipped_with_one_warning(micro_model_dir, tmp_path, c
     trainer = _trainer(micro_model_dir, tmp_path, "gdpo", {}, shadow_methods=("corrgrpo", "gdpo"))
     assert list(trainer.shadow_fns) == ["corrgrpo"]  # the method in use is never its own shadow
     trainer.shadow_fns.update({"boom": _raises, "flat": _wrong_shape})
-    with caplog.at_level(logging.WARNING, logger="mrbench.engine.step_diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="mrbench.engine.training.step_diagnostics"):
         trainer.train()
     assert trainer.state.global_step == 2
-    warnings = [r.getMessage() for r in caplog.records if r.name == "mrbench.engine.step_diagnostics"]
+    warnings = [
+        r.getMessage() for r in caplog.records if r.name == "mrbench.engine.training.step_diagnostics"
+    ]
     assert len(warnings) == 2  # one per failing method, not one per step
     assert "'boom'" in warnings[0] and "cannot handle" in warnings[0] and "'flat'" in warnings[1]
     for logs in _step_logs(trainer):

@@ -45,7 +45,7 @@ def test_key_given_twice_refused_even_with_the_same_value() -> None:
 
 
 def test_flags_of_run_score_and_advantages_share_the_rules() -> None:
-    from mrbench.engine.scoring import parse_settings
+    from mrbench.engine.evaluation.scoring import parse_settings
 
     assert parse_settings(["n_train=10", "weights = paper", "tag=a=b"], "--task-param") == {
         "n_train": "10",

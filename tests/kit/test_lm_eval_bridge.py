@@ -11,14 +11,14 @@ import pytest
 
 from mrbench.core.contracts import Sample
 from mrbench.core.errors import UserError
-from mrbench.engine.generation import HFGenerator
+from mrbench.engine.evaluation.generation import HFGenerator
 from mrbench.kit.lm_eval_bridge import GenerationRun, export_lm_eval_task, run_generation_task, sample_to_row
 
 
 @pytest.fixture(scope="module")
 def gen(random_generator: Any) -> HFGenerator:
     """A 2-layer random Qwen2 with a tokenizer trained on two strings."""
-    from mrbench.engine.tiny import train_tokenizer
+    from mrbench.engine.models.tiny import train_tokenizer
 
     tok = train_tokenizer(["def add(a, b): return a + b", "What is the weather in Paris?"], vocab_size=300)
     return random_generator(tok, max_positions=512, seed=1)

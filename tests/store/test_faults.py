@@ -116,7 +116,7 @@ else:
     sys.exit(0)
 # A cell's log goes offline on a store fault, as in an outage: what it could not log is kept.
 from pathlib import Path
-from mrbench.engine.tracking import RunLog
+from mrbench.engine.runs.tracking import RunLog
 
 run_log = RunLog(client, run_id, Path(db).parent / "spool")
 for step in range(100_000, 101_000):  # (a small write may still fit in the file's free pages)

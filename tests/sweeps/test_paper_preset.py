@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from mrbench.core.errors import UserError
-from mrbench.engine.distributed import per_process
+from mrbench.engine.processes.distributed import per_process
 from mrbench.sweeps import preflight
 from mrbench.sweeps.memory_plan import GB
 from mrbench.sweeps.orchestrator import run_sweep

@@ -9,8 +9,8 @@ import re
 from fakes import fake_cell, fake_resolve_spec
 from rich.console import Console
 
-from mrbench.engine import console as cell_console
-from mrbench.engine import phases
+from mrbench.engine.runs import console as cell_console
+from mrbench.engine.runs import phases
 from mrbench.sweeps.cell import Cell, CellOutcome
 from mrbench.sweeps.progress import SweepProgress, cell_folder
 

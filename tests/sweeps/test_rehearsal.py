@@ -15,7 +15,7 @@ import pytest
 from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.core.records import SweepRecord
-from mrbench.engine.standin import FAMILIES, MEAN_TOKENS, _config, eos_pull, family_of, standin_name
+from mrbench.engine.models.standin import FAMILIES, MEAN_TOKENS, _config, eos_pull, family_of, standin_name
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.paper_table import paper_tables
 from mrbench.reporting.select import ordered, select_runs, task_info
@@ -123,7 +123,7 @@ def test_missing_data_gets_the_bundled_stand_ins_and_says_so() -> None:
 def test_the_rehearsed_crash_refuses_a_process_group_it_does_not_own() -> None:
     """``kill_after_checkpoint`` SIGKILLs the cell's process group: refused in a process whose group
     is not a session of its own (a shell's job, the sweep's own process)."""
-    code = "from mrbench.engine.resume import check_can_kill_group as c; c(); print('ok')"
+    code = "from mrbench.engine.cell.resume import check_can_kill_group as c; c(); print('ok')"
     own = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, start_new_session=True)
     assert own.stdout.strip() == "ok", own.stderr
     inside = subprocess.run(

@@ -279,7 +279,7 @@ def test_worker_processes_run_cells_in_parallel_once_each(store: str) -> None:
 
 def test_sweep_workers_get_one_gpu_each(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two local workers on a machine with four GPUs: each cell process sees exactly one, and two
-    cells that run together see different ones (mrbench.engine.devices)."""
+    cells that run together see different ones (mrbench.engine.processes.devices)."""
     record = tmp_path / "seen"
     record.mkdir()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")

@@ -16,7 +16,7 @@ import typer
 from mrbench.core import layout, limits
 
 if TYPE_CHECKING:
-    from mrbench.engine.evaluation import EvalReport, EvalSpec
+    from mrbench.engine.evaluation.evaluate import EvalReport, EvalSpec
 
 
 def eval_cmd(
@@ -104,7 +104,7 @@ def eval_cmd(
     naming the value.
     """
     from mrbench.core.names import check_name
-    from mrbench.engine.evaluation import EvalSpec
+    from mrbench.engine.evaluation.evaluate import EvalSpec
     from mrbench.kit.keyvalue import parse_key_values
     from mrbench.store.local import resolve_tracking_uri
 
@@ -140,15 +140,15 @@ def run_logged(
     json_output: bool = False,
 ) -> tuple[EvalReport, Path | None]:
     """Evaluate ``spec`` and log it as one run of ``experiment``, with what the libraries print kept
-    in the evaluation's log (:func:`mrbench.engine.console.command_output`; also shown live with
+    in the evaluation's log (:func:`mrbench.engine.runs.console.command_output`; also shown live with
     ``verbose``, on stderr with ``json_output``: stdout is the JSON alone); returns the report and
     the log (None if the results folder cannot hold it).
 
     An interrupted evaluation says on stderr that its run is marked KILLED, a failed one names its
     log; both re-raise (a :class:`UserError` is the one line the CLI prints)."""
     from mrbench.core.errors import UserError
-    from mrbench.engine import console
-    from mrbench.engine.evaluation import run_eval
+    from mrbench.engine.evaluation.evaluate import run_eval
+    from mrbench.engine.runs import console
 
     if verbose:
         console.set_verbose()

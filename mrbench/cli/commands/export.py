@@ -38,7 +38,7 @@ def export_lm_eval_cmd(
     task folder, and print the `lm_eval` command that runs it on a model."""
     from mrbench.cli.commands.report import check_output_folder
     from mrbench.core.errors import UserError
-    from mrbench.engine.evaluation import EvalSpec, export_lm_eval
+    from mrbench.engine.evaluation.evaluate import EvalSpec, export_lm_eval
     from mrbench.kit.keyvalue import parse_key_values
 
     check_output_folder(out, "--out")

@@ -17,8 +17,8 @@ import typer
 from mrbench.core import limits
 
 if TYPE_CHECKING:
+    from mrbench.engine.cell.runner import CellResult
     from mrbench.engine.config import RunSpec
-    from mrbench.engine.runner import CellResult
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def run_cmd(
     What the libraries print goes to the cell's log (named if the cell fails; an MLflow artifact
     of the run); the terminal shows a progress bar with an ETA per step, and the results.
     """
-    from mrbench.engine.devices import pin_for_cell
+    from mrbench.engine.processes.devices import pin_for_cell
 
     pin_for_cell(per_cell=processes)  # before anything starts CUDA: the GPUs this cell uses, no others
     spec = resolve_cell(
@@ -171,10 +171,10 @@ def check_launch(
     processes, the retry time, that the model can be loaded) and resolve the store, before the
     store is touched."""
     from mrbench.core.names import check_name
-    from mrbench.engine.checkpoints import parse_save
-    from mrbench.engine.distributed import check_processes, per_process
-    from mrbench.engine.evaluation import check_model
-    from mrbench.engine.resume import parse_checkpoint_every
+    from mrbench.engine.cell.checkpoints import parse_save
+    from mrbench.engine.cell.resume import parse_checkpoint_every
+    from mrbench.engine.evaluation.evaluate import check_model
+    from mrbench.engine.processes.distributed import check_processes, per_process
     from mrbench.store.client import tracking_retry_s
     from mrbench.store.local import resolve_tracking_uri
 
@@ -202,8 +202,8 @@ def run_logged(spec: RunSpec, launch: CellLaunch, *, verbose: bool) -> CellResul
     """Run the cell with the libraries' output captured in its log (shown live with ``verbose``)
     and, unless quiet, the progress display on the terminal; a cell that fails or is interrupted
     names its log on stderr and re-raises."""
-    from mrbench.engine import console, phases
-    from mrbench.engine.cell_claim import check_free
+    from mrbench.engine.cell.cell_claim import check_free
+    from mrbench.engine.runs import console, phases
     from mrbench.store.client import check_tracking_reachable
 
     uri = launch.tracking_uri
@@ -250,8 +250,8 @@ def run_logged(spec: RunSpec, launch: CellLaunch, *, verbose: bool) -> CellResul
 def run_cell_or_launch(spec: RunSpec, launch: CellLaunch) -> CellResult:
     """Train and evaluate the cell in this process, or in ``launch.processes`` processes started
     by ``accelerate launch``."""
-    from mrbench.engine.distributed import launch_cell
-    from mrbench.engine.runner import CellResult, run_cell
+    from mrbench.engine.cell.runner import CellResult, run_cell
+    from mrbench.engine.processes.distributed import launch_cell
 
     cell_args = {
         "tracking_uri": launch.tracking_uri,
@@ -269,7 +269,7 @@ def run_cell_or_launch(spec: RunSpec, launch: CellLaunch) -> CellResult:
 
 def print_result(result: CellResult, experiment: str) -> None:
     """Print the finished run, its checkpoint and the metrics before and after training."""
-    from mrbench.engine.checkpoints import folder_size_mb
+    from mrbench.engine.cell.checkpoints import folder_size_mb
 
     typer.echo(f"\nrun {result.run_id} FINISHED in {result.wall_s:.0f}s (experiment {experiment!r})")
     if result.recovered:

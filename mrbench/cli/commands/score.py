@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         """
         import json
 
-        from mrbench.engine.scoring import format_report, parse_settings, score_task
+        from mrbench.engine.evaluation.scoring import format_report, parse_settings, score_task
 
         report = score_task(
             task,

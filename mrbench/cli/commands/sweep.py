@@ -32,7 +32,7 @@ def sweep(
     """
     from rich.console import Console
 
-    from mrbench.engine import console
+    from mrbench.engine.runs import console
     from mrbench.store.local import results_dir
     from mrbench.sweeps.executors.local import slug
     from mrbench.sweeps.orchestrator import run_sweep
@@ -163,7 +163,7 @@ def sweep_command(
     libraries print goes to each cell's log (named when it fails; an MLflow artifact).
     """
     if verbose:
-        from mrbench.engine.console import set_verbose
+        from mrbench.engine.runs.console import set_verbose
 
         set_verbose()
     code = sweep(

@@ -247,12 +247,12 @@ def serve(uri: str, port: int, sweep: str | None, *, verbose: bool = False) -> N
     """Serve store ``uri`` on ``127.0.0.1:port`` until stopped, opened on ``sweep``'s comparison.
 
     mrbench's own lines go to the terminal; what MLflow and the server print (its requests, its
-    warnings) goes to the log (:func:`mrbench.engine.console.command_output`), also shown live with
+    warnings) goes to the log (:func:`mrbench.engine.runs.console.command_output`), also shown live with
     ``verbose``. Ctrl-C, SIGTERM and SIGHUP stop the server, and SIGINT also when the process
     inherited it ignored (a background job of a shell): see :func:`sigint_stops`.
     """
     from mrbench.core.errors import UserError
-    from mrbench.engine import console
+    from mrbench.engine.runs import console
 
     if verbose:
         console.set_verbose()

@@ -3,8 +3,8 @@ worker processes, each forked from the sweep's cell server (:mod:`mrbench.sweeps
 which imports torch and the engine once) or, without one, started as ``python -m
 mrbench.sweeps.cell_process``.
 
-A cell's library output goes to its own log (:mod:`mrbench.engine.console`). Each worker process
-gets the threads of :func:`mrbench.engine.threads.threads_for` and writes what it prints outside
+A cell's library output goes to its own log (:mod:`mrbench.engine.runs.console`). Each worker process
+gets the threads of :func:`mrbench.engine.processes.threads.threads_for` and writes what it prints outside
 the cell to ``<log_dir>/<cell>-<run key>.log`` (with ``--verbose``, to the sweep's terminal).
 """
 
@@ -26,10 +26,10 @@ from typing import Any
 from rich.markup import escape
 
 from mrbench.core import layout
-from mrbench.engine.console import verbose
-from mrbench.engine.devices import pin_for_cell
-from mrbench.engine.threads import thread_env, threads_for
-from mrbench.engine.tracking import end_run_quietly
+from mrbench.engine.processes.devices import pin_for_cell
+from mrbench.engine.processes.threads import thread_env, threads_for
+from mrbench.engine.runs.console import verbose
+from mrbench.engine.runs.tracking import end_run_quietly
 from mrbench.store.claims import is_alive
 from mrbench.store.client import RetryingClient, TrackingUnavailable
 from mrbench.sweeps import cell_server
@@ -99,7 +99,7 @@ def run_processes(
     kind of cell first: :mod:`mrbench.sweeps.schedule`): a child forked by the
     sweep's cell server (:mod:`mrbench.sweeps.cell_server`), or ``python -m
     mrbench.sweeps.cell_process`` without one, with the threads of
-    :func:`mrbench.engine.threads.threads_for` (one for a tiny model, else ``cores // workers``);
+    :func:`mrbench.engine.processes.threads.threads_for` (one for a tiny model, else ``cores // workers``);
     output goes to ``<log_dir>/<cell>-<run key>.log``. A cell is claimed just before its process
     starts (one held by another invocation is yielded SKIPPED). A worker that dies without a word
     (SIGKILL: KILLED; a crash: FAILED) has the run it left RUNNING ended so at once

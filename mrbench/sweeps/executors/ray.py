@@ -3,7 +3,7 @@
 Ray is an optional extra (``pip install 'mrbench[ray]'``) imported only here, on use. Each task
 runs :func:`mrbench.sweeps.cell_process.run_payload` — the same code path as a worker process —
 and asks Ray for ``cpus_per_cell`` CPUs and ``gpus_per_cell`` GPUs (at least one per process for
-a cell of several processes that uses GPUs: :func:`mrbench.engine.devices.ray_gpus`). Ray's own
+a cell of several processes that uses GPUs: :func:`mrbench.engine.processes.devices.ray_gpus`). Ray's own
 rule decides which worker process runs it: a cell with GPUs gets a fresh process, so that no GPU
 memory carries over from one cell to the next; CPU-only cells reuse idle workers, as the local
 executor runs its cells one after another in one process, so that only a worker's first cell pays
@@ -32,8 +32,8 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.engine.devices import ray_gpus
-from mrbench.engine.threads import threads_for
+from mrbench.engine.processes.devices import ray_gpus
+from mrbench.engine.processes.threads import threads_for
 from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
 from mrbench.sweeps.cell_process import cell_payload, run_payload
 from mrbench.sweeps.progress import SweepProgress
@@ -161,7 +161,7 @@ def _run_tasks(
             progress.skip(skipped)
             yield skipped
             continue
-        # The thread policy (mrbench.engine.threads): one for a tiny model, else the task's CPUs.
+        # The thread policy (mrbench.engine.processes.threads): one for a tiny model, else the task's CPUs.
         threads = threads_for(getattr(cell.spec, "model", ""), share=max(1, int(cpus_per_cell)))
         ref = remote.remote(cell_payload(cell, ctx, fn_path, threads, None))
         refs[ref] = (cell, time.perf_counter())

@@ -200,7 +200,7 @@ class AgentSecurityTask(Task):
         """``n`` demonstrated episodes, each as (conversation before its last turn, last turn).
 
         The conversation holds the episode's earlier assistant turns and tool results, and the
-        warm start trains on every assistant turn in it (``mrbench.engine.tiny._encode_demo``): one
+        warm start trains on every assistant turn in it (``mrbench.engine.models.tiny._encode_demo``): one
         sequence per episode teaches all of its 2–4 turns, about twice the supervision of one
         pair per turn for the same compute. Drawn from training-side cases only.
 

@@ -17,7 +17,7 @@ def small_task() -> Any:
 @pytest.fixture(scope="session")
 def tokenizer(small_task: Any) -> Any:
     """Byte-level BPE trained on the task's demonstrations, with the tiny models' chat template."""
-    from mrbench.engine.tiny import train_tokenizer
+    from mrbench.engine.models.tiny import train_tokenizer
 
     texts = []
     for prompt, completion in small_task.demonstrations(200, 0):

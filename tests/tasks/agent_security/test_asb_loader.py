@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mrbench.core.errors import UserError
-from mrbench.engine.scoring import score_task
+from mrbench.engine.evaluation.scoring import score_task
 from mrbench.kit.toolcall import call_block, response_block
 from mrbench.tasks.agent_security import agent_security
 from mrbench.tasks.agent_security.asb import asb_cases

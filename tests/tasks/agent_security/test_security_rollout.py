@@ -134,7 +134,7 @@ def _train(task: Any, generator: Any, tmp_path: Any, rollout: Any, steps: int = 
     from trl import GRPOConfig
 
     import mrbench.methods as methods
-    from mrbench.engine.trainer import MultiRewardGRPOTrainer
+    from mrbench.engine.training.trainer import MultiRewardGRPOTrainer
 
     torch.set_num_threads(1)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

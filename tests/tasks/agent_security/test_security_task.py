@@ -241,7 +241,7 @@ def test_training_hooks_give_a_rollout(small_task: AgentSecurityTask) -> None:
 
 
 def test_score_embedded_gold_through_the_harness() -> None:
-    from mrbench.engine.scoring import score_task
+    from mrbench.engine.evaluation.scoring import score_task
 
     report = score_task(
         "agent-security", dataset="embedded", gold=True, task_params={"n_train": 80, "n_eval": 20}

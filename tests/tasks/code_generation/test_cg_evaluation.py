@@ -149,7 +149,7 @@ def test_score_sample_for_the_exported_lm_eval_task():
 @pytest.fixture(scope="module")
 def tiny_generator(random_generator):
     """A randomly initialised one-layer Qwen2 with a BPE trained on the task's demonstrations."""
-    from mrbench.engine.tiny import train_tokenizer
+    from mrbench.engine.models.tiny import train_tokenizer
 
     demos = code_generation().demonstrations(100, seed=0)
     tok = train_tokenizer([p[0]["content"] + c for p, c in demos], vocab_size=400)

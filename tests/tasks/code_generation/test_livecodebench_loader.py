@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mrbench.core.errors import UserError
-from mrbench.engine.scoring import score_task
+from mrbench.engine.evaluation.scoring import score_task
 from mrbench.tasks.code_generation import code_generation
 from mrbench.tasks.code_generation.livecodebench import decode_tests, livecodebench_problems
 

@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_generator(random_generator: Any) -> Any:
     """Byte-level BPE trained on a few task strings + a 2-layer, 32-wide Qwen2 (random weights)."""
-    from mrbench.engine.tiny import train_tokenizer
+    from mrbench.engine.models.tiny import train_tokenizer
     from mrbench.tasks.tool_calling.data import make_demonstrations
 
     texts = [

@@ -60,7 +60,7 @@ def test_dotted_names_are_compared_as_shown() -> None:
 
 @pytest.mark.parametrize("category", list(CATEGORY_FILES))
 def test_gold_of_every_category_is_valid_through_mrbench_score(category: str) -> None:
-    from mrbench.engine.scoring import score_task
+    from mrbench.engine.evaluation.scoring import score_task
 
     out = score_task("tool-calling", dataset=f"bfcl-{category}", gold=True).to_dict()
     assert set(out) >= {"task", "dataset", "n", "summary", "status_counts", "wall_s", "items"}

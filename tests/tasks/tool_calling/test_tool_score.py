@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mrbench.core.errors import UserError
-from mrbench.engine.scoring import score_task
+from mrbench.engine.evaluation.scoring import score_task
 from mrbench.tasks.tool_calling import bfcl, tool_calling
 from mrbench.tasks.tool_calling.rewards import COMPONENTS, RANGES
 

@@ -162,7 +162,7 @@ def test_eval_scoring_of_bfcl_samples_follows_the_checker() -> None:
     reason='needs the BFCL data: pip install --no-deps "bfcl-eval==2026.3.23"',
 )
 def test_evaluate_a_bfcl_category_through_lm_eval(random_generator) -> None:
-    from mrbench.engine.tiny import train_tokenizer
+    from mrbench.engine.models.tiny import train_tokenizer
 
     task = tool_calling(dataset="bfcl-live_parallel", n_eval=2, max_completion_tokens=4)
     samples = task.eval_samples()

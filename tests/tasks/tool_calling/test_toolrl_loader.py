@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mrbench.core.errors import UserError
-from mrbench.engine.scoring import score_task
+from mrbench.engine.evaluation.scoring import score_task
 from mrbench.tasks.tool_calling import tool_calling
 from mrbench.tasks.tool_calling.data import split_of
 from mrbench.tasks.tool_calling.toolrl import load_items, load_split

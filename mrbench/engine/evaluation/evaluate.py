@@ -1,0 +1,575 @@
+"""Evaluate a model on a task: the one evaluation a cell runs, and ``mrbench eval`` around it.
+
+:func:`evaluate_model` is *the* evaluation of a model: the task's own ``evaluate`` (lm-eval for the
+single-turn tasks, the multi-turn episode runner for agent security) with greedy generation on the
+first ``limit`` eval samples. A cell (:mod:`mrbench.engine.cell.runner`) calls it before and after
+training; :func:`run_eval` calls it on any model and logs one MLflow run (the "evaluation" section
+of :mod:`mrbench.core.layout`).
+
+What :func:`run_eval` evaluates (an :class:`EvalSpec`):
+
+``model``
+    a tiny preset (built and cached on first use), a Hugging Face id, a local model folder (it must
+    hold ``config.json`` and weights), or ``run:<run id>``: the checkpoint a cell saved (its run's
+    ``checkpoint_dir`` param, in the same tracking store). The evaluation run of a checkpoint is
+    tagged ``eval_of`` = that run id, and ``method`` and ``model`` as that run is.
+``task`` and its settings
+    the task's defaults, then ``task_params``, then the options below. The settings do not come
+    from a checkpoint's training run: the evaluation is a function of the options alone, whatever
+    the model (pass the cell's own settings as ``task_params`` to repeat its evaluation).
+``dataset``
+    the task's evaluation data (:data:`EVAL_DATASETS`):
+
+    ===============  ======================================  ==========================================
+    task             ``dataset``                             sets
+    ===============  ======================================  ==========================================
+    tool-calling     embedded, bfcl, bfcl-<category>         ``dataset`` (the first ``n_eval`` items:
+                                                             64 unless ``n_eval`` is set)
+    code-generation  embedded, humaneval, mbpp, leetcode     ``eval_dataset``: all of HumanEval (164),
+                                                             the test split of MBPP (500) or of
+                                                             LeetCodeDataset (228; both need the hub
+                                                             or its cache), embedded's held-out 42;
+                                                             and that dataset's completion budget
+    agent-security   embedded, agentdojo                     ``dataset`` (clean utility, utility under
+                                                             attack, ASR, joint)
+    other tasks      what their factory accepts              ``dataset``
+    ===============  ======================================  ==========================================
+``samples`` K
+    for a task with an ``n_sampled`` setting (code-generation): K completions sampled per problem
+    at temperature 1 and the seed, giving the unbiased pass@1 (``sampled_pass_at_1``), pass@4 when
+    K >= 4 and pass@K (:func:`with_pass_at_k`), beside the greedy metrics (``pass_at_1``, …).
+    Default 1. Any other task evaluates greedy completions only, and K > 1 is refused.
+``seed``
+    the task's ``seed`` setting (code-generation: its sampled completions; the procedural data
+    sets: which items are drawn) and the global random seed (default: the task's, 0).
+``limit``
+    evaluate the first ``limit`` eval samples (0 = all).
+``precision``
+    the ``precision`` train setting the evaluation repeats (``auto``, ``bf16``, ``fp32``; default:
+    for ``run:<run id>`` the cell's own ``train.precision``, else ``auto``, the cells' default).
+    The model is loaded in float32 and evaluated under the autocast that setting gives, as a cell
+    loads and evaluates its policy (:func:`mrbench.engine.models.catalog.mixed_precision`): bfloat16
+    autocast under ``bf16``, and under ``auto`` on a GPU that computes in bfloat16.
+
+Errors a user can cause (an unknown run id, a folder without weights, an unknown dataset, a bad
+setting, a hub data set that is neither reachable nor cached) raise
+:class:`~mrbench.core.errors.UserError` naming the value, before any run is created.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mrbench.core import layout
+from mrbench.core.contracts import EvalResult, Task
+from mrbench.core.errors import UserError
+from mrbench.core.provenance import git_sha
+from mrbench.engine.config import TrainSettings
+from mrbench.engine.processes.allocator import keep_freed_blocks
+from mrbench.engine.processes.threads import use_threads_for
+from mrbench.engine.runs import console
+from mrbench.engine.runs.run_guard import ends_run_on_error
+from mrbench.engine.runs.tracking import RunLog
+from mrbench.store.client import RetryingClient, check_tracking_reachable, ensure_experiment
+
+RUN_PREFIX = "run:"
+"""``--model run:<run id>``: the checkpoint the cell of that run saved."""
+SAMPLES_SETTING = "n_sampled"
+"""The task setting that ``samples`` sets: completions sampled per problem by the task's evaluation."""
+SEED_SETTING = "seed"
+BUDGET_SETTING = "max_completion_tokens"
+DEFAULT_PRECISION = TrainSettings.precision
+"""The cells' default ``precision`` train setting."""
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "*.bin.index.json")
+"""What ``from_pretrained`` loads weights from (one file, or the index of a sharded checkpoint)."""
+
+
+@dataclass(frozen=True)
+class DatasetSetting:
+    """Which task setting ``dataset`` sets, and the names it takes (``"module:attr"``, lazily imported).
+
+    ``budgets``: ``"module:attr"`` of ``{dataset: max_completion_tokens}`` for a task whose default
+    budget follows its *training* dataset; the evaluation's dataset sets it instead (unless given).
+    """
+
+    setting: str
+    choices: str = ""
+    budgets: str = ""
+
+
+EVAL_DATASETS: dict[str, DatasetSetting] = {
+    "tool-calling": DatasetSetting("dataset", "mrbench.tasks.tool_calling.task:DATASETS"),
+    "code-generation": DatasetSetting(
+        "eval_dataset",
+        "mrbench.tasks.code_generation.task:DATASETS",
+        "mrbench.tasks.code_generation.task:DEFAULT_MAX_COMPLETION_TOKENS",
+    ),
+    "agent-security": DatasetSetting("dataset", "mrbench.tasks.agent_security.dataset:DATASETS"),
+}
+"""The built-in tasks' evaluation data; any other task's ``dataset`` setting (checked by its factory)."""
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """What to evaluate: the options of ``mrbench eval`` (see the module docstring).
+
+    ``samples`` / ``seed`` None: the task's own setting (``--task-param``), else 1 / the task's default.
+    """
+
+    model: str
+    task: str
+    dataset: str | None = None
+    limit: int = 0
+    samples: int | None = None
+    seed: int | None = None
+    task_params: Mapping[str, Any] = field(default_factory=dict)
+    precision: str | None = None
+    """The ``precision`` train setting to evaluate under; None: the cell's (``run:<id>``), else auto."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model to load: ``path`` for ``from_pretrained`` (a preset name until prepared), ``label``
+    for the ``model`` tag, and for a cell's checkpoint the cell's run id, method and precision."""
+
+    path: str
+    label: str
+    eval_of: str = ""
+    method: str = ""
+    precision: str = ""
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """What one :func:`run_eval` measured. ``n``: the evaluation's per-sample records (one per sample)."""
+
+    model: str
+    task: str
+    dataset: str
+    n: int
+    metrics: dict[str, float]
+    run_id: str
+    wall_s: float
+    primary_metric: str
+    eval_of: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """``{model, task, dataset, n, metrics, run_id, wall_s}``, NaN metrics as ``null``."""
+        return {
+            "model": self.model,
+            "task": self.task,
+            "dataset": self.dataset,
+            "n": self.n,
+            "metrics": {k: (v if math.isfinite(v) else None) for k, v in self.metrics.items()},
+            "run_id": self.run_id,
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+# --------------------------------------------------------------------------- the evaluation
+
+
+def evaluate_model(task: Task, model: Any, tokenizer: Any, limit: int) -> EvalResult:
+    """The task's own evaluation of ``model`` with greedy decoding (first ``limit`` eval samples, 0 = all)."""
+    from mrbench.engine.evaluation.generation import HFGenerator
+
+    samples = task.eval_samples()
+    if limit:
+        samples = samples[:limit]
+    return task.evaluate(HFGenerator(model, tokenizer), samples)
+
+
+def load_policy(path: str, *, dtype: str | None = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a loadable ``path`` (folder or hub id); the model on the GPU if any,
+    in ``dtype`` (see :func:`mrbench.engine.models.catalog.load_model`)."""
+    import torch
+
+    from mrbench.engine.models.catalog import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(path)
+    model = load_model(path, dtype=dtype)
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    return model, tokenizer
+
+
+def with_pass_at_k(metrics: Mapping[str, float], records: list[dict[str, Any]], k: int) -> dict[str, float]:
+    """``metrics`` plus ``sampled_pass_at_<k>`` when the task did not report it and ``k`` > 1.
+
+    Computed from the records' tallies of sampled completions (``{"sampled": {"n", "passed"}}``,
+    code-generation's) with the unbiased estimator, averaged over the problems with at least ``k``
+    samples; a sample the sandbox could not score counts as failed here.
+
+    >>> with_pass_at_k({}, [{"sampled": {"n": 2, "passed": 1}}, {"sampled": {"n": 2, "passed": 0}}], 2)
+    {'sampled_pass_at_2': 0.5}
+    """
+    from mrbench.tasks.code_generation.evaluation import pass_at_k
+
+    name = f"sampled_pass_at_{k}"
+    out = dict(metrics)
+    tallies = [r["sampled"] for r in records if isinstance(r.get("sampled"), dict)]
+    if k > 1 and name not in out and tallies:
+        values = [pass_at_k(int(t["n"]), int(t["passed"]), k) for t in tallies if int(t["n"]) >= k]
+        out[name] = sum(values) / len(values) if values else math.nan
+    return out
+
+
+# --------------------------------------------------------------------------- settings and model
+
+
+def _import(target: str) -> Any:
+    from mrbench.core.registry import import_target  # deferred: the CLI imports this module early
+
+    return import_target(target)
+
+
+def _set_once(overrides: dict[str, Any], key: str, value: Any, flag: str) -> None:
+    if key in overrides:
+        raise UserError(f"{flag} and --task-param {key}={overrides[key]}: give one of them")
+    overrides[key] = value
+
+
+def task_settings(
+    spec: EvalSpec, model_settings: Mapping[str, Any] | None = None
+) -> tuple[str, dict[str, Any], str]:
+    """``(task name, every setting of the task resolved, dataset name)`` for ``spec``.
+
+    ``model_settings``: the task settings the model was built for
+    (:func:`mrbench.engine.models.catalog.model_task_settings`), under ``spec``'s own; those the task
+    does not have are left out. :class:`UserError` for an unknown task, setting or dataset (listing
+    the choices), a setting given twice, or ``samples`` > 1 for a task that does not sample.
+    """
+    from mrbench.tasks import get_task_entry
+
+    entry = get_task_entry(spec.task)
+    defaults = entry.params
+    overrides = dict(spec.task_params)
+    target = EVAL_DATASETS.get(entry.name, DatasetSetting("dataset"))
+    if spec.dataset is not None:
+        if target.setting not in defaults:
+            raise UserError(f"--dataset {spec.dataset!r}: task {entry.name!r} has no dataset setting")
+        if target.choices:
+            choices = tuple(_import(target.choices))
+            if spec.dataset not in choices:
+                shown = ", ".join(choices)
+                raise UserError(
+                    f"unknown dataset {spec.dataset!r} for task {entry.name!r}; choose from {shown}"
+                )
+        _set_once(overrides, target.setting, spec.dataset, "--dataset")
+        if target.budgets and BUDGET_SETTING not in overrides:
+            overrides[BUDGET_SETTING] = _import(target.budgets)[spec.dataset]
+    if spec.seed is not None:
+        if isinstance(spec.seed, bool) or spec.seed < 0:
+            raise UserError(f"--seed must be a non-negative integer, got {spec.seed!r}")
+        if SEED_SETTING in defaults:
+            _set_once(overrides, SEED_SETTING, spec.seed, "--seed")
+    if spec.samples is not None and spec.samples < 1:
+        raise UserError(f"--samples must be >= 1, got {spec.samples}")
+    if SAMPLES_SETTING in defaults:
+        if spec.samples is not None:
+            _set_once(overrides, SAMPLES_SETTING, spec.samples, "--samples")
+        overrides.setdefault(SAMPLES_SETTING, 1)
+    elif (spec.samples or 1) > 1:
+        raise UserError(
+            f"--samples {spec.samples}: task {entry.name!r} evaluates one greedy completion per sample; "
+            f"sampled completions and pass@k apply to tasks with an {SAMPLES_SETTING!r} setting "
+            "(code-generation)"
+        )
+    for key, value in (model_settings or {}).items():
+        if key in defaults:
+            overrides.setdefault(key, value)
+    resolved = entry.resolve_params(overrides)
+    # code-generation's eval_dataset "" means its training dataset: name the data actually evaluated.
+    dataset = resolved.get(target.setting) or resolved.get("dataset") or ""
+    return entry.name, resolved, str(dataset)
+
+
+def check_model_folder(folder: Path, value: str) -> None:
+    """:class:`UserError` naming ``value`` unless ``folder`` holds a model: ``config.json`` naming a
+    model type transformers knows (a custom type's own code is never run), and weights."""
+    if not folder.is_dir():
+        raise UserError(f"model {value!r}: {folder} is not a folder (it was moved or deleted?)")
+    if not (folder / "config.json").is_file():
+        raise UserError(f"model {value!r}: the folder {folder} holds no config.json, so no model")
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES):
+        raise UserError(
+            f"model {value!r}: the folder {folder} holds no weights ({', '.join(WEIGHT_FILES)}); "
+            "save the model there with save_pretrained, or name another folder"
+        )
+    _check_model_type(folder / "config.json", value)
+
+
+def _check_model_type(config: Path, value: str) -> None:
+    """:class:`UserError` unless ``config`` is a JSON object whose ``model_type`` transformers knows."""
+    import json
+
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"model {value!r}: {config} cannot be read as JSON ({exc})") from None
+    model_type = data.get("model_type") if isinstance(data, dict) else None
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise UserError(
+            f"model {value!r}: {config} names model_type {model_type!r}, which this transformers does "
+            "not know (a model's own code is never run); use a model of a built-in architecture"
+        )
+
+
+def check_model(name: str) -> None:
+    """:class:`UserError` naming ``name`` (a preset, a hub id or a local folder) unless it can be
+    loaded: a folder must hold a model (:func:`check_model_folder`), a hub id must exist."""
+    from mrbench.engine.models.catalog import check_model_available, is_preset
+
+    if not is_preset(name) and Path(name).exists():  # a preset's name wins, as in prepare_model
+        check_model_folder(Path(name), name)
+    else:
+        check_model_available(name)  # unknown names, and hub ids that cannot load, in seconds
+
+
+def resolve_model(name: str, client: RetryingClient) -> ModelSource:
+    """Where ``name`` (preset, hub id, folder or ``run:<id>``) loads from; :class:`UserError` if it cannot."""
+    if name.startswith(RUN_PREFIX):
+        return _checkpoint_of(name, client)
+    check_model(name)
+    return ModelSource(path=name, label=name)
+
+
+def _checkpoint_of(value: str, client: RetryingClient) -> ModelSource:
+    """The checkpoint of the cell run named by ``value`` (``run:<id>``) in ``client``'s store."""
+    from mlflow.exceptions import MlflowException
+
+    run_id = value.removeprefix(RUN_PREFIX).strip()
+    if not run_id:
+        raise UserError(f"--model {value!r}: expected run:<run id> (an MLflow run id of a trained cell)")
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise UserError(
+            f"--model {value!r}: no run {run_id!r} in the tracking store {client.tracking_uri} "
+            "(pass the store the cell ran in with --tracking-uri)"
+        ) from None
+    folder = run.data.params.get(layout.PARAM_CHECKPOINT_DIR)
+    if not folder:
+        raise UserError(
+            f"--model {value!r}: run {run_id} has no saved checkpoint (no {layout.PARAM_CHECKPOINT_DIR} "
+            "param: it is not a cell, it ran with --save none, or it did not finish training)"
+        )
+    check_model_folder(Path(folder), value)
+    tags = run.data.tags
+    return ModelSource(
+        path=folder,
+        label=layout.read_tag(tags, layout.MODEL) or value,
+        eval_of=run_id,
+        method=layout.read_tag(tags, layout.METHOD),
+        precision=run.data.params.get(layout.PARAM_TRAIN_PRECISION, ""),
+    )
+
+
+# --------------------------------------------------------------------------- mrbench eval
+
+
+def run_eval(
+    spec: EvalSpec,
+    *,
+    tracking_uri: str,
+    experiment: str = layout.EVAL_EXPERIMENT,
+    tracking_retry_s: float | None = None,
+) -> EvalReport:
+    """Evaluate ``spec.model`` on ``spec.task`` through :func:`evaluate_model` and log one MLflow run.
+
+    Everything a user can get wrong is checked before the run is created (module docstring). The
+    run ends FINISHED once its metrics and the ``eval/samples.jsonl`` artifact are logged, KILLED
+    on Ctrl-C, FAILED on any other error (its ``error`` tag says which).
+    """
+    from mrbench.engine.models.catalog import model_task_settings
+    from mrbench.tasks import build_task
+
+    started = time.perf_counter()
+    client, source = _check_before_any_run(spec, tracking_uri, tracking_retry_s)
+    task_name, settings, dataset = task_settings(spec, model_task_settings(source.path))
+    task = build_task(task_name, settings)
+    try:
+        check_eval_data(task, dataset)
+        precision = spec.precision or source.precision or DEFAULT_PRECISION
+        loaded = _load_evaluated_model(spec, source, settings)
+        run_id = _start_run(client, experiment, task_name, task, source, dataset)
+        console.attach_command_log(client, run_id)  # `mrbench eval`'s log goes to its run at the end
+        n_sampled = int(settings.get(SAMPLES_SETTING, 1))
+        params = layout.eval_params(
+            task=task_name,
+            task_params=settings,
+            model=spec.model,
+            model_path=loaded.path,
+            seed=loaded.seed,
+            dataset=dataset,
+            limit=spec.limit,
+            samples=n_sampled,
+            precision=precision,
+        )
+        with tempfile.TemporaryDirectory(prefix="mrbench-eval-") as spool:
+            run_log = RunLog(client, run_id, Path(spool))
+            with ends_run_on_error(client, run_id):
+                run_log.params(params)
+                result, metrics, eval_s = _evaluate(task, loaded, spec.limit, n_sampled, precision)
+                wall_s = time.perf_counter() - started
+                _log_and_finish(run_log, result, metrics, wall_s, eval_s, loaded.prepare_s)
+    finally:
+        task.close()
+    return EvalReport(
+        model=spec.model,
+        task=task_name,
+        dataset=dataset,
+        n=len(result.samples),
+        metrics=metrics,
+        run_id=run_id,
+        wall_s=wall_s,
+        primary_metric=task.primary_metric,
+        eval_of=source.eval_of,
+    )
+
+
+@dataclass(frozen=True)
+class _LoadedModel:
+    """The model :func:`run_eval` evaluates: its prepared ``path``, ``model`` and ``tokenizer``, the
+    ``seed`` set before loading it, and the seconds preparing and loading took."""
+
+    path: str
+    model: Any
+    tokenizer: Any
+    seed: Any
+    prepare_s: float
+
+
+def _check_before_any_run(
+    spec: EvalSpec, tracking_uri: str, tracking_retry_s: float | None
+) -> tuple[RetryingClient, ModelSource]:
+    """The store's client and the model's source, once what needs no model is checked (the limit,
+    the task and its settings, the store, the model's name): :class:`UserError` before any run exists."""
+    from mrbench.engine.models.catalog import mixed_precision
+
+    if isinstance(spec.limit, bool) or spec.limit < 0:
+        raise UserError(f"--limit must be >= 0 (0 = every eval sample), got {spec.limit!r}")
+    if spec.precision is not None:
+        mixed_precision(spec.precision)  # an unknown precision: UserError naming the choices
+    task_settings(spec)  # a bad task, setting or dataset fails before the store is touched
+    check_tracking_reachable(tracking_uri)
+    client = RetryingClient(tracking_uri, tracking_retry_s)
+    return client, resolve_model(spec.model, client)
+
+
+def _load_evaluated_model(spec: EvalSpec, source: ModelSource, settings: Mapping[str, Any]) -> _LoadedModel:
+    """Prepare ``source`` (:func:`~mrbench.engine.models.catalog.prepare_model`), seed every generator with
+    ``spec.seed`` (else the task's ``seed`` setting, else 0) and load the model in float32, as a
+    cell loads its policy (the master weights whatever the precision)."""
+    from transformers import set_seed
+
+    from mrbench.engine.models.catalog import prepare_model
+
+    use_threads_for(source.path)  # before the model is built or loaded (mrbench.engine.processes.threads)
+    keep_freed_blocks()  # on the CPU: big blocks reused, not mapped anew (mrbench.engine.processes.allocator)
+    t0 = time.perf_counter()
+    path = prepare_model(source.path)
+    seed = spec.seed if spec.seed is not None else settings.get(SEED_SETTING, 0)
+    set_seed(seed if isinstance(seed, int) else 0)
+    model, tokenizer = load_policy(path, dtype="float32")
+    return _LoadedModel(path, model, tokenizer, seed, time.perf_counter() - t0)
+
+
+def _evaluate(
+    task: Task, loaded: _LoadedModel, limit: int, n_sampled: int, precision: str
+) -> tuple[EvalResult, dict[str, float], float]:
+    """:func:`evaluate_model` of the loaded model under the autocast of ``precision`` (as a cell
+    evaluates), its metrics with pass@``n_sampled`` (:func:`with_pass_at_k`), and the seconds it took."""
+    from mrbench.engine.models.catalog import autocast
+
+    t0 = time.perf_counter()
+    with autocast(precision):
+        result = evaluate_model(task, loaded.model, loaded.tokenizer, limit)
+    eval_s = time.perf_counter() - t0
+    return result, with_pass_at_k(result.metrics, result.samples, n_sampled), eval_s
+
+
+def _log_and_finish(
+    run_log: RunLog,
+    result: EvalResult,
+    metrics: Mapping[str, float],
+    wall_s: float,
+    eval_s: float,
+    prepare_s: float,
+) -> None:
+    """Log ``eval/<m>`` and the ``perf/...`` timings at step 0 and the samples, then end the run FINISHED."""
+    perf = {layout.PERF_WALL_S: wall_s, layout.PERF_EVAL_S: eval_s, layout.PERF_MODEL_PREPARE_S: prepare_s}
+    run_log.metrics({layout.eval_metric(k): v for k, v in metrics.items()} | perf, 0)
+    run_log.json_artifact(result.samples, layout.EVAL_SAMPLES)
+    run_log.flush()  # past the retry bound: TrackingUnavailable, a one-line error
+    run_log.client.set_terminated(run_log.run_id, "FINISHED")
+
+
+def _start_run(
+    client: RetryingClient, experiment: str, task_name: str, task: Task, source: ModelSource, dataset: str
+) -> str:
+    """Create the evaluation's run with its tags (:func:`~mrbench.core.layout.eval_tags`); its id."""
+    experiment_id = ensure_experiment(experiment, client.tracking_uri, client=client)
+    tags = layout.eval_tags(
+        task=task_name,
+        task_version=task.version,
+        model=source.label,
+        git_sha=git_sha(),
+        primary_metric=task.primary_metric,
+        lower_is_better=task.lower_is_better,
+        method=source.method,
+        eval_of=source.eval_of,
+    )
+    run_name = f"eval|{task_name}|{dataset or '-'}|{source.label}"
+    return client.create_run(experiment_id, tags=tags, run_name=run_name).info.run_id
+
+
+def check_eval_data(task: Task, dataset: str) -> None:
+    """Load the eval samples before any run exists: data that cannot be loaded here (a hub data set
+    neither reachable nor cached, a missing optional package) is a :class:`UserError` saying so, not
+    a failed run. (A task's own :class:`UserError`, e.g. BFCL's install line, passes unchanged.)"""
+    try:
+        task.eval_samples()  # the built-in tasks keep what they loaded, so this costs nothing later
+    except UserError:
+        raise
+    except (RuntimeError, OSError, ImportError) as exc:  # what loaders raise when the data is unavailable
+        raise UserError(f"task {task.name!r} cannot load its eval data {dataset!r}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- lm-eval export
+
+
+def export_lm_eval(spec: EvalSpec, directory: Path) -> Path:
+    """Write the evaluation ``spec`` describes (its task, settings, dataset and first ``limit``
+    samples, with the prompts ``spec.model`` was built for) as an lm-eval task folder; returns the
+    YAML. ``lm_eval --include_path DIRECTORY`` then runs the same greedy evaluation as
+    ``mrbench eval`` (the single-turn tasks; :class:`UserError` for a task lm-eval cannot run)."""
+    from mrbench.engine.models.catalog import model_task_settings
+    from mrbench.tasks import build_task
+
+    if isinstance(spec.limit, bool) or spec.limit < 0:
+        raise UserError(f"--limit must be >= 0 (0 = every eval sample), got {spec.limit!r}")
+    task_name, settings, dataset = task_settings(
+        spec, model_task_settings(spec.model) if spec.model else None
+    )
+    task = build_task(task_name, settings)
+    try:
+        export = getattr(task, "export_lm_eval", None)
+        if export is None:
+            raise UserError(
+                f"task {task_name!r} has no lm-eval export (its episodes are multi-turn: lm-eval runs "
+                "single-turn generation tasks); evaluate it with `mrbench eval`"
+            )
+        check_eval_data(task, dataset)
+        samples = task.eval_samples()
+        return Path(export(directory, samples[: spec.limit] if spec.limit else samples))
+    finally:
+        task.close()

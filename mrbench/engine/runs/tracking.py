@@ -1,0 +1,151 @@
+"""What one cell logs to its MLflow run: :class:`RunLog`, which rides out a store outage, and helpers.
+
+Finding, opening and re-rooting a store, and the retrying client, live below the engine in
+:mod:`mrbench.store` (``reporting`` and ``lab`` use them too); this module is the training engine's
+own use of them. A record of what an outage kept is :mod:`mrbench.engine.cell.checkpoints`'.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mrbench.core import layout
+from mrbench.store.client import RetryingClient, TrackingUnavailable
+
+log = logging.getLogger(__name__)
+
+_MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON (``.json``) or JSON lines (``.jsonl``, obj a list of rows) at ``path``."""
+    with path.open("w", encoding="utf-8") as fh:
+        if path.name.endswith(".jsonl"):
+            for row in obj:
+                fh.write(json.dumps(row, default=_jsonable) + "\n")
+        else:
+            json.dump(obj, fh, indent=2, default=_jsonable)
+
+
+class RunLog:
+    """What one cell logs to its MLflow run, through a :class:`RetryingClient`.
+
+    While the store answers, each call is sent at once. When one fails past the client's retry
+    bound the log goes *offline*: that call and every later one are kept in :attr:`pending`
+    (JSON-ready entries, see below; artifact files stay under ``spool`` at their artifact paths)
+    and nothing more is sent until :meth:`flush`. A cell thus trains through an outage of any
+    length. :meth:`flush` sends what is pending, in order, and raises :class:`TrackingUnavailable`
+    while the store is still down, keeping the rest; a later process finishes the job with
+    ``RunLog(client, run_id, spool, pending).flush()`` (see :mod:`mrbench.engine.cell.runner`).
+
+    Pending entries: ``{"op": "log", "metrics": [[key, value, timestamp_ms, step], ...],
+    "params": {key: value}, "tags": {key: value}}`` and ``{"op": "artifact", "path": artifact
+    path}``. Sending one twice is harmless (MLflow keeps a metric point once and accepts a param
+    again with the same value), which is what happens when the store took a call but its answer
+    was lost. Ending the run is the caller's (``client.set_terminated``), after :meth:`flush`.
+    """
+
+    def __init__(
+        self, client: RetryingClient, run_id: str, spool: Path, pending: list[dict[str, Any]] | None = None
+    ) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.spool = spool
+        self.pending: list[dict[str, Any]] = list(pending or [])
+
+    @property
+    def offline(self) -> bool:
+        """True once something could not be sent (everything after it is kept too, in order)."""
+        return bool(self.pending)
+
+    def metrics(self, values: Mapping[str, float], step: int) -> None:
+        """Log ``{name: value}`` at ``step``, stamped now."""
+        if values:
+            now = int(time.time() * 1000)
+            self._send({"op": "log", "metrics": [[k, float(v), now, step] for k, v in values.items()]})
+
+    def params(self, values: Mapping[str, str]) -> None:
+        """Log params (values cut to MLflow's 6000 characters)."""
+        if values:
+            self._send({"op": "log", "params": {k: str(v)[:_MAX_PARAM_CHARS] for k, v in values.items()}})
+
+    def tags(self, values: Mapping[str, str]) -> None:
+        """Set tags."""
+        if values:
+            self._send({"op": "log", "tags": dict(values)})
+
+    def json_artifact(self, obj: Any, artifact_path: str) -> None:
+        """Log ``obj`` as the JSON (``.json``) or JSON-lines (``.jsonl``) artifact ``artifact_path``."""
+        path = self.spool / artifact_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, obj)
+        self._send({"op": "artifact", "path": artifact_path})
+
+    def file_artifact(self, artifact_path: str, write: Callable[[Path], None]) -> None:
+        """Log the file that ``write(path)`` writes as the artifact ``artifact_path``."""
+        path = self.spool / artifact_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+        self._send({"op": "artifact", "path": artifact_path})
+
+    def flush(self) -> None:
+        """Send everything pending, in order; :class:`TrackingUnavailable` (the rest kept) if the store
+        is still unreachable past the bound."""
+        while self.pending:
+            self._apply(self.pending[0])
+            self.pending.pop(0)
+
+    def _send(self, entry: dict[str, Any]) -> None:
+        if self.pending:
+            self.pending.append(entry)
+            return
+        try:
+            self._apply(entry)
+        except TrackingUnavailable as exc:
+            log.warning("%s; keeping run %s's log locally and going on", exc, self.run_id)
+            self.pending.append(entry)
+
+    def _apply(self, entry: dict[str, Any]) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        op = entry["op"]
+        if op == "log":
+            self.client.log_batch(
+                self.run_id,
+                metrics=[Metric(k, v, ts, step) for k, v, ts, step in entry.get("metrics", [])],
+                params=[Param(k, v) for k, v in entry.get("params", {}).items()],
+                tags=[RunTag(k, v) for k, v in entry.get("tags", {}).items()],
+            )
+        elif op == "artifact":
+            local, folder = self.spool / entry["path"], entry["path"].rpartition("/")[0]
+            self.client.log_artifact(self.run_id, str(local), artifact_path=folder or None)
+        else:
+            raise ValueError(f"unknown pending log entry {entry!r}")
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def end_run_quietly(
+    client: RetryingClient, run_id: str, status: str, error: str | None = None, *, retry_s: float = 10.0
+) -> None:
+    """End a failed or interrupted run ``status`` (with its ``error`` tag), trying an unreachable
+    store for ``retry_s`` only: the caller's own exception is what the user must see. If the store
+    stays away the run stays RUNNING, and a warning says so."""
+    quick = client.bounded(retry_s)
+    try:
+        try:
+            if error is not None:
+                quick.set_tag(run_id, layout.tag(layout.ERROR), error[:4000])
+        finally:
+            quick.set_terminated(run_id, status)
+    except TrackingUnavailable as exc:
+        log.warning("%s; run %s stays RUNNING in the store", exc, run_id)
