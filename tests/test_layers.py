@@ -258,3 +258,99 @@ def test_layout_names_are_spelled_only_in_the_schema_modules() -> None:
     assert not spelled, "layout names spelled outside mrbench/core/{layout,records}.py:\n" + "\n".join(
         spelled
     )
+
+
+# --- the results folder is spelled in one place -----------------------------------------------
+
+RESULTS_LAYOUT = "core/results_layout.py"
+ALSO_SPELLING = {"core/layout.py"}  # MLflow artifact paths of the run layout (logs/cell.log)
+
+
+def _results_names() -> tuple[set[str], set[str]]:
+    """(file names spelled anywhere in a string, folder names spelled as a ``path / "name"`` join)."""
+    from mrbench.core import results_layout as rl
+
+    files = {rl.CELL_LOCK, rl.CELL_LOG, rl.PROGRESS, rl.PENDING_RECORD, rl.MODEL_MARKER, rl.RESUME_MARKER}
+    files |= {rl.STORE_DB, rl.SWEEP_LOG}
+    folders = {
+        rl.CHECKPOINTS_DIR,
+        rl.EVAL_CACHE_DIR,
+        rl.MODELS_DIR,
+        rl.LOGS_DIR,
+        rl.FINAL_DIR,
+        rl.PENDING_DIR,
+    }
+    return files, folders | {rl.ARTIFACTS_DIR}
+
+
+def _results_spelled(tree: ast.AST) -> list[tuple[int, str]]:
+    files, folders = _results_names()
+    # A name, or a path ending in one (help text that mentions a path in prose is not a path).
+    found = [
+        (n.lineno, n.value)
+        for n in _strings(tree)
+        if any(n.value == name or (n.value.endswith("/" + name) and " " not in n.value) for name in files)
+    ]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            right = node.right
+            if isinstance(right, ast.Constant) and right.value in folders:
+                found.append((node.lineno, right.value))
+    return found
+
+
+def test_results_folder_names_are_spelled_only_in_its_layout_module() -> None:
+    spelled = sorted(
+        f"{path.relative_to(ROOT.parent)}:{line} {value!r}"
+        for path in ROOT.rglob("*.py")
+        if str(path.relative_to(ROOT)) not in {RESULTS_LAYOUT, *ALSO_SPELLING}
+        for line, value in _results_spelled(ast.parse(path.read_text(encoding="utf-8")))
+    )
+    assert not spelled, f"results-folder names spelled outside mrbench/{RESULTS_LAYOUT}:\n" + "\n".join(
+        spelled
+    )
+
+
+def test_the_check_of_results_folder_names_finds_a_spelled_path() -> None:
+    tree = ast.parse(
+        'def f(r):\n    """cell.lock in a docstring is fine."""\n    return r / "eval_cache" / "x.lock"\n'
+    )
+    assert _results_spelled(tree) == [(3, "eval_cache")]
+    assert _results_spelled(ast.parse('LOCK = "cell.lock"')) == [(1, "cell.lock")]
+
+
+# --- engine/: rooms, not one flat folder -------------------------------------------------------
+
+ENGINE = ROOT / "engine"
+MAX_ENGINE_MODULES = 12
+# Rooms inside engine/ and their rank (a room imports only lower ones); the top-level modules
+# config (the RunSpec, on models) and contract (on config) sit between models and training.
+ENGINE_RANK = {"runs": 0, "models": 1, "config": 2, "processes": 3, "contract": 3}
+ENGINE_RANK |= {"training": 4, "evaluation": 4, "cell": 5}
+
+
+def test_engine_is_rooms_with_at_most_twelve_modules_at_its_top() -> None:
+    top = sorted(p.name for p in ENGINE.glob("*.py"))
+    assert len(top) <= MAX_ENGINE_MODULES, top
+    rooms = sorted(p.name for p in ENGINE.iterdir() if (p / "__init__.py").is_file())
+    assert set(rooms) <= set(ENGINE_RANK), f"a room of engine/ without a rank in ENGINE_RANK: {rooms}"
+    for room in rooms:
+        doc = ast.get_docstring(ast.parse((ENGINE / room / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and len(doc) > 80, (
+            f"engine/{room}/__init__.py needs a paragraph saying what the room holds"
+        )
+
+
+def test_engine_rooms_import_downwards() -> None:
+    wrong = []
+    for module, targets in _graph().items():
+        parts = module.split(".")
+        if parts[:2] != ["mrbench", "engine"] or len(parts) < 3:
+            continue
+        for target in targets:
+            other = target.split(".")
+            if other[:2] != ["mrbench", "engine"] or len(other) < 3 or other[2] == parts[2]:
+                continue
+            if ENGINE_RANK[other[2]] >= ENGINE_RANK[parts[2]]:
+                wrong.append(f"{module} imports {target} ({parts[2]} → {other[2]})")
+    assert not wrong, "engine rooms importing sideways or up:\n" + "\n".join(sorted(wrong))

@@ -22,6 +22,8 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+from mrbench.core.results_layout import store_db
+
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "MRBENCH_CACHE"
@@ -50,7 +52,7 @@ def _make_template(path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".empty-store-") as tmp:
-        db = Path(tmp) / "mlflow.db"
+        db = store_db(Path(tmp))
         MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments(max_results=1)
         con = sqlite3.connect(db)
         try:

@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+# The default store's file and artifact root, spelled in the results folder's layout; re-exported for
+# the store's modules. MLflow keeps a run's artifacts under <root>/<run_id>/artifacts.
+from mrbench.core.results_layout import ARTIFACTS_DIR as ARTIFACTS_DIR
+from mrbench.core.results_layout import STORE_DB as STORE_DB
+from mrbench.core.results_layout import run_artifacts_dir
+
 SQLITE_PREFIX = "sqlite:///"
-STORE_DB = "mlflow.db"
-"""The default store's file, ``<results>/mlflow.db``."""
-ARTIFACTS_DIR = "artifacts"
-"""The default store's artifact root, ``<results>/artifacts``; MLflow keeps a run's artifacts under
-``<root>/<run_id>/artifacts`` (:func:`run_artifacts_folder`)."""
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -85,4 +86,4 @@ def is_local_store(uri: str) -> bool:
 
 def run_artifacts_folder(results: Path, run_id: str) -> Path:
     """Where run ``run_id`` of an experiment rooted at ``<results>/artifacts`` keeps its artifacts."""
-    return results / ARTIFACTS_DIR / run_id / "artifacts"
+    return run_artifacts_dir(results, run_id)

@@ -345,10 +345,11 @@ def _parent_run(
 
 def _cell_context(spec: SweepSpec, store: _Store, parent: str, cell_fn: CellFn) -> CellContext:
     """Where this invocation's cells log, and how they are claimed and trained."""
+    from mrbench.core.results_layout import sweep_logs_dir
     from mrbench.store.local import results_dir
 
     claims = CellClaims(store.client, store.experiment_id, parent)
-    log_dir = results_dir() / "logs" / slug(spec.name)
+    log_dir = sweep_logs_dir(results_dir(), slug(spec.name))
     ctx = CellContext(store.uri, spec.name, parent, spec.name, cell_fn, log_dir, claims)
     return replace(ctx, processes_per_cell=spec.processes_per_cell, distributed=spec.distributed)
 

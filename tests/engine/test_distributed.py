@@ -20,11 +20,10 @@ import torch.multiprocessing as mp
 
 import mrbench.methods as methods
 from mrbench.core.errors import UserError
-from mrbench.engine.cell.checkpoints import CellFolder, save_policy
+from mrbench.engine.cell.checkpoints import CellFolder, ReplicaFolder, rank_folder, save_policy
 from mrbench.engine.processes import distributed
 from mrbench.engine.processes.distributed import (
     DISTRIBUTED,
-    ReplicaFolder,
     SilentClient,
     check_processes,
     launch_cell,
@@ -33,7 +32,6 @@ from mrbench.engine.processes.distributed import (
     per_process,
     preset_config,
     rank_client,
-    rank_folder,
 )
 from mrbench.engine.runs.tracking import RunLog
 from mrbench.store.client import RetryingClient, ensure_experiment

@@ -32,6 +32,7 @@ def sweep(
     """
     from rich.console import Console
 
+    from mrbench.core.results_layout import SWEEP_LOG, sweep_logs_dir
     from mrbench.engine.runs import console
     from mrbench.store.local import results_dir
     from mrbench.sweeps.executors.local import slug
@@ -43,7 +44,7 @@ def sweep(
         if not dry_run:
             try:
                 captured.enter_context(
-                    console.capture_output(results_dir() / "logs" / slug(spec.name) / "sweep.log")
+                    console.capture_output(sweep_logs_dir(results_dir(), slug(spec.name)) / SWEEP_LOG)
                 )
             except OSError:
                 pass  # an unusable results folder: run_sweep says what is wrong with it

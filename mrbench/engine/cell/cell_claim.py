@@ -47,12 +47,13 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.core.results_layout import CELL_LOCK
 from mrbench.engine.cell.checkpoints import CellFolder
 from mrbench.store.claims import Heartbeat, describe, is_alive
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = "cell.lock"
+LOCK_NAME = CELL_LOCK
 """The lock file in a cell's folder while a process runs the cell (see the module docstring)."""
 _HELD: dict[Path, int] = {}  # the cell locks this process holds, and their descriptors
 

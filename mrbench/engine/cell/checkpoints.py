@@ -36,7 +36,8 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.engine.models.pretrained import MODEL_MARKER
+from mrbench.core.ranks import is_main_process
+from mrbench.core.results_layout import MODEL_MARKER, STEP_PREFIX, CellPaths
 from mrbench.store.faults import require_room
 from mrbench.store.local import results_dir
 from mrbench.store.uri import store_uri
@@ -44,7 +45,6 @@ from mrbench.store.uri import store_uri
 SAVE_MODES = "none | final | every:N"
 RECORD_VERSION = 1
 _RESULTS_KEY = "results_dir"  # in record.json: the results folder it was written in
-_STEP_PREFIX = "checkpoint-"  # transformers' name for a step checkpoint folder
 
 
 @dataclass(frozen=True)
@@ -76,32 +76,18 @@ def parse_save(text: str) -> SaveMode:
 
 
 @dataclass(frozen=True)
-class CellFolder:
+class CellFolder(CellPaths):
     """The checkpoint folder of one run key (see the module docstring for its layout)."""
-
-    root: Path
 
     @classmethod
     def for_run_key(cls, run_key: str) -> CellFolder:
         """``<results>/checkpoints/<run_key>`` (not created until something is written)."""
-        return cls(results_dir() / "checkpoints" / run_key)
+        return cls(CellPaths.of(results_dir(), run_key).root)
 
-    @property
-    def final(self) -> Path:
-        return self.root / "final"
-
-    @property
-    def pending(self) -> Path:
-        return self.root / "pending"
-
-    @property
-    def record_path(self) -> Path:
-        return self.pending / "record.json"
-
-    @property
-    def results(self) -> Path:
-        """The results folder this cell folder is in (``<results>/checkpoints/<run_key>``)."""
-        return self.root.parent.parent
+    @classmethod
+    def for_this_rank(cls, run_key: str) -> CellFolder:
+        """:meth:`for_run_key` on rank 0, its :class:`ReplicaFolder` on the other ranks of a cell."""
+        return rank_folder(cls.for_run_key(run_key))
 
     def read_record(self) -> dict[str, Any] | None:
         """The pending record an earlier attempt left, or None."""
@@ -143,8 +129,8 @@ class CellFolder:
         if not self.root.is_dir():
             return []
         found = []
-        for path in self.root.glob(_STEP_PREFIX + "*"):
-            step = path.name.removeprefix(_STEP_PREFIX)
+        for path in self.root.glob(STEP_PREFIX + "*"):
+            step = path.name.removeprefix(STEP_PREFIX)
             if path.is_dir() and step.isdigit():
                 found.append((int(step), path))
         return sorted(found)
@@ -152,7 +138,7 @@ class CellFolder:
     def clear_step_checkpoints(self) -> None:
         """Remove the ``checkpoint-<step>`` folders of an earlier attempt (a new one writes its own)."""
         if self.root.is_dir():
-            for path in self.root.glob(_STEP_PREFIX + "*"):
+            for path in self.root.glob(STEP_PREFIX + "*"):
                 shutil.rmtree(path, ignore_errors=True)
 
 
@@ -243,3 +229,26 @@ def _size(folder: Path) -> int:
 def folder_size_mb(folder: Path) -> float:
     """Total size of the files under ``folder`` in MB (10⁶ bytes)."""
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
+
+
+@dataclass(frozen=True)
+class ReplicaFolder(CellFolder):
+    """Rank > 0's view of the cell folder: same paths (TRL's per-rank files of a step checkpoint go
+    there), but it reads no record and removes or writes nothing of rank 0's."""
+
+    def read_record(self) -> dict[str, Any] | None:
+        return None
+
+    def write_record(self, record: dict[str, Any]) -> Path:
+        return self.record_path
+
+    def clear_pending(self) -> None:
+        return None
+
+    def clear_step_checkpoints(self) -> None:
+        return None
+
+
+def rank_folder(folder: CellFolder) -> CellFolder:
+    """``folder`` on rank 0, its :class:`ReplicaFolder` on the other ranks."""
+    return folder if is_main_process() else ReplicaFolder(folder.root)

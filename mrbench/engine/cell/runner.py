@@ -65,7 +65,7 @@ from mrbench.engine.config import RunSpec
 from mrbench.engine.evaluation import eval_cache
 from mrbench.engine.evaluation.evaluate import evaluate_model, load_policy
 from mrbench.engine.processes.allocator import keep_freed_blocks
-from mrbench.engine.processes.distributed import is_main_process, rank_client, rank_folder
+from mrbench.engine.processes.distributed import is_main_process, rank_client
 from mrbench.engine.processes.threads import use_threads_for
 from mrbench.engine.runs import console, phases
 from mrbench.engine.runs.run_guard import ends_run_on_error
@@ -180,7 +180,7 @@ def run_cell(
     checkpoint_every = spec.options.checkpoint_every if checkpoint_every is None else checkpoint_every
     # Ranks > 0 of a multi-process cell log nothing and leave the cell folder to rank 0.
     client = rank_client(tracking_uri, tracking_retry_s)
-    folder = rank_folder(CellFolder.for_run_key(spec.run_key()))
+    folder = CellFolder.for_this_rank(spec.run_key())
     # One process at a time runs the cell; a second is refused, naming the first (cell_claim).
     with CellClaim(folder, spec.label(), active=is_main_process()) as claim:
         record = folder.read_record()

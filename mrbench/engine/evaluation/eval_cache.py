@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrbench.core.results_layout import eval_cache_file
 from mrbench.engine.processes.distributed import from_rank0, is_main_process
 from mrbench.store.local import results_dir
 
@@ -90,7 +91,7 @@ def cache_key(
 
 
 def _path(key: str) -> Path:
-    return results_dir() / "eval_cache" / f"{key}.json"
+    return eval_cache_file(results_dir(), key)
 
 
 @contextmanager

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.engine.models.pretrained import MODEL_MARKER, PRETRAINED_PRESETS, prepare_pretrained
+from mrbench.core.results_layout import MODEL_MARKER, models_dir
+from mrbench.engine.models.pretrained import PRETRAINED_PRESETS, prepare_pretrained
 from mrbench.engine.models.standin import family_of, is_standin, prepare_standin
 from mrbench.engine.models.tiny import TINY_PRESETS, TINY_TASK_SETTINGS, prepare_tiny
 from mrbench.store.local import results_dir
@@ -126,11 +127,11 @@ def prepare_model(name: str) -> str:
     preset on first use and caches it under ``results/models/``."""
     validate_model_name(name)
     if name in PRETRAINED_PRESETS:
-        return prepare_pretrained(name, results_dir() / "models")
+        return prepare_pretrained(name, models_dir(results_dir()))
     if name in TINY_PRESETS:
-        return prepare_tiny(name, results_dir() / "models")
+        return prepare_tiny(name, models_dir(results_dir()))
     if is_standin(name):
-        return prepare_standin(name, results_dir() / "models")
+        return prepare_standin(name, models_dir(results_dir()))
     return name
 
 

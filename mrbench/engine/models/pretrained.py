@@ -34,12 +34,12 @@ from typing import Any
 
 from mrbench.core.errors import UserError
 from mrbench.core.pretrained import PRETRAINED_PRESETS
+from mrbench.core.results_layout import MODEL_MARKER
 from mrbench.engine.runs import phases
 
 log = logging.getLogger(__name__)
 
 CONVERTER_VERSION = 1  # bump to convert every cached pretrained preset again
-MODEL_MARKER = "mrbench_model.json"
 """Written last into a built or converted model folder (and into a cell's saved policy): what the model
 is and the task settings it was built for. A cache folder without it is incomplete and never used."""
 GGUF_INSTALL = "pip install 'gguf>=0.10'"

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.core.results_layout import MODEL_MARKER
 from mrbench.core.standin import PREFIX, is_standin, stood_for
-from mrbench.engine.models.pretrained import MODEL_MARKER
 
 __all__ = ["FAMILIES", "family_of", "is_standin", "prepare_standin", "standin_name", "stood_for"]
 STANDIN_VERSION = 3

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.engine.models.pretrained import MODEL_MARKER
+from mrbench.core.results_layout import MODEL_MARKER
 from mrbench.engine.runs import phases
 
 log = logging.getLogger(__name__)

@@ -48,10 +48,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.core.ranks import is_main_process, rank, world_size
 from mrbench.core.registry import import_target
-from mrbench.engine.cell.checkpoints import CellFolder
+from mrbench.core.results_layout import CellPaths
 from mrbench.engine.processes.rank_fork import can_fork, fork_ranks, rank_environments
 from mrbench.store.faults import OutOfRoom
+from mrbench.store.local import results_dir
 
 DISTRIBUTED = ("ddp", "fsdp", "zero3")
 """The shipped ``accelerate`` presets (``--distributed``); ``ddp`` is the default."""
@@ -62,21 +64,6 @@ STOP_GRACE_S = 60.0  # how long ranks may take to end their run KILLED after a s
 
 
 # ---------------------------------------------------------------------------------- this process
-
-
-def world_size() -> int:
-    """Processes of this cell (``$WORLD_SIZE``, set by the launcher; 1 outside a multi-process cell)."""
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
-
-
-def rank() -> int:
-    """This process's rank in its cell (``$RANK``; 0 outside a multi-process cell)."""
-    return int(os.environ.get("RANK", "0") or 0)
-
-
-def is_main_process() -> bool:
-    """True on rank 0, the only process that logs and writes the cell's folder."""
-    return rank() == 0
 
 
 def from_rank0(value: Any) -> Any:
@@ -185,35 +172,12 @@ class SilentClient:
         return None
 
 
-@dataclasses.dataclass(frozen=True)
-class ReplicaFolder(CellFolder):
-    """Rank > 0's view of the cell folder: same paths (TRL's per-rank files of a step checkpoint go
-    there), but it reads no record and removes or writes nothing of rank 0's."""
-
-    def read_record(self) -> dict[str, Any] | None:
-        return None
-
-    def write_record(self, record: dict[str, Any]) -> Path:
-        return self.record_path
-
-    def clear_pending(self) -> None:
-        return None
-
-    def clear_step_checkpoints(self) -> None:
-        return None
-
-
 def rank_client(tracking_uri: str, retry_s: float | None) -> Any:
     """The tracking client of this process: a :class:`~mrbench.store.client.RetryingClient` on
     rank 0, a :class:`SilentClient` on the other ranks of a multi-process cell."""
     from mrbench.store.client import RetryingClient
 
     return RetryingClient(tracking_uri, retry_s) if is_main_process() else SilentClient(rank())
-
-
-def rank_folder(folder: CellFolder) -> CellFolder:
-    """``folder`` on rank 0, its :class:`ReplicaFolder` on the other ranks."""
-    return folder if is_main_process() else ReplicaFolder(folder.root)
 
 
 # ---------------------------------------------------------------------------------- launching
@@ -308,7 +272,7 @@ def launch_cell(
     """
     check_processes(processes, distributed)
     per_process(spec.train.prompts_per_step, processes)
-    if CellFolder.for_run_key(spec.run_key()).read_record() is not None:
+    if CellPaths.of(results_dir(), spec.run_key()).record_path.exists():
         # An earlier attempt's record: the cell function only logs it and trains nothing, so it
         # runs here (ranks > 0 would not see the record once rank 0 had removed it, and train).
         return _jsonable_result(import_target(cell_fn)(spec, **kwargs))
