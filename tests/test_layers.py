@@ -354,3 +354,48 @@ def test_engine_rooms_import_downwards() -> None:
             if ENGINE_RANK[other[2]] >= ENGINE_RANK[parts[2]]:
                 wrong.append(f"{module} imports {target} ({parts[2]} → {other[2]})")
     assert not wrong, "engine rooms importing sideways or up:\n" + "\n".join(sorted(wrong))
+
+
+# --- the MRBENCH_* environment variables are named in one module -------------------------------
+
+ENV_MODULE = "core/env.py"
+ENV_PREFIX = "MRBENCH_"
+
+
+def _code_strings(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of a module's code, the parts of its f-strings included; docstrings and
+    the other bare string statements (an attribute's doc) are prose, like comments, and left out."""
+    prose = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+    ]
+
+
+def _env_spelled(tree: ast.AST) -> list[tuple[int, str]]:
+    return [(node.lineno, node.value) for node in _code_strings(tree) if ENV_PREFIX in node.value]
+
+
+def test_environment_variables_are_named_only_in_core_env() -> None:
+    # Read one through its declaration (env.THREADS.get()), set one by its name (env.VERBOSE.name).
+    spelled = sorted(
+        f"{path.relative_to(ROOT.parent)}:{line} {value!r}"
+        for path in ROOT.rglob("*.py")
+        if str(path.relative_to(ROOT)) != ENV_MODULE
+        for line, value in _env_spelled(ast.parse(path.read_text(encoding="utf-8")))
+    )
+    assert not spelled, f"{ENV_PREFIX}* spelled outside mrbench/{ENV_MODULE}:\n" + "\n".join(spelled)
+
+
+def test_the_check_of_environment_variable_names_finds_a_spelled_one() -> None:
+    tree = ast.parse(
+        'def f(name):\n    """$MRBENCH_THREADS in a docstring is fine."""\n'
+        '    X = "1"\n    """Neither is MRBENCH_X in an attribute\'s doc."""\n'
+        '    return os.environ.get("MRBENCH_THREADS"), f"{name}=MRBENCH_{X}"\n'
+    )
+    assert sorted(_env_spelled(tree)) == [(5, "=MRBENCH_"), (5, "MRBENCH_THREADS")]

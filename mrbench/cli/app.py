@@ -29,6 +29,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mrbench.core import env
 from mrbench.core.errors import UserError
 from mrbench.core.interrupts import exit_code, received, stop_signals_interrupt
 
@@ -77,13 +78,9 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
-TRACEBACK_ENV = "MRBENCH_TRACEBACK"
-"""``1``: print the traceback of an unexpected error (``mrbench --traceback``); workers inherit it."""
-
-
 def show_tracebacks() -> bool:
     """True when ``--traceback`` was given or ``$MRBENCH_TRACEBACK`` is a true value."""
-    return os.environ.get(TRACEBACK_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return env.TRACEBACK.get()
 
 
 @app.callback()
@@ -91,12 +88,12 @@ def _options(
     traceback_: Annotated[
         bool,
         typer.Option(
-            "--traceback", help=f"Print tracebacks of unexpected errors (or set {TRACEBACK_ENV}=1)."
+            "--traceback", help=f"Print tracebacks of unexpected errors (or set {env.TRACEBACK.name}=1)."
         ),
     ] = False,
 ) -> None:
     if traceback_:
-        os.environ[TRACEBACK_ENV] = "1"  # read by main(), and inherited by worker processes
+        os.environ[env.TRACEBACK.name] = "1"  # read by main(), and inherited by worker processes
 
 
 def _click_exception() -> type[Exception]:
@@ -118,6 +115,7 @@ def _run(cli: typer.Typer) -> int | str | None:
     """Run ``cli`` on ``sys.argv``; every outcome as an exit code (a string exits 1 printing it)."""
     usage_error = _click_exception()
     try:
+        show_tracebacks()  # a malformed $MRBENCH_TRACEBACK is a UserError here, not in the handler below
         # Non-standalone click *returns* the exit code of typer.Exit instead of raising it.
         code = cli(standalone_mode=False)
         return code if isinstance(code, int) else 0

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from mrbench.core import layout
+from mrbench.core import env, layout
 from mrbench.core.errors import UserError
 from mrbench.store.faults import exception_chain, fault_cause, store_fault_message
 from mrbench.store.local import check_store_writable, reroot_own_store, results_dir, store_creation_lock
@@ -40,10 +40,9 @@ from mrbench.store.uri import ARTIFACTS_DIR, is_local_store, sqlite_path, store_
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RETRY_S = 300.0
-"""How long a call to the store is retried by default: a server restart, with a wide margin."""
-RETRY_ENV = "MRBENCH_TRACKING_RETRY_S"
-"""Environment variable with the default retry bound, used where no setting gives one (``mrbench run
+DEFAULT_RETRY_S = env.TRACKING_RETRY_S.default
+"""How long a call to the store is retried by default: a server restart, with a wide margin.
+``$MRBENCH_TRACKING_RETRY_S`` changes it where no setting gives one (``mrbench run
 --tracking-retry-s``, a sweep's ``tracking_retry_s``, which travels to its cells with their specs)."""
 # Waits 1, 2, 4, 5, 5, ... s: a store that is back is used within 5 s; one request per 5 s costs it nothing.
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S = 1.0, 5.0
@@ -81,13 +80,11 @@ def note_store(uri: str) -> None:
 def tracking_retry_s(value: float | None = None) -> float:
     """The retry bound in seconds: ``value``, else ``$MRBENCH_TRACKING_RETRY_S``, else
     :data:`DEFAULT_RETRY_S`."""
-    raw: Any = value if value is not None else os.environ.get(RETRY_ENV, DEFAULT_RETRY_S)
-    try:
-        seconds = float(raw)
-    except ValueError:
-        raise UserError(f"{RETRY_ENV}={raw!r} is not a number of seconds") from None
+    if value is None:
+        return env.TRACKING_RETRY_S.get()
+    seconds = float(value)
     if not seconds >= 0:
-        raise UserError(f"the tracking retry bound must be ≥ 0 seconds, got {raw!r}")
+        raise UserError(f"the tracking retry bound must be ≥ 0 seconds, got {value!r}")
     return seconds
 
 
@@ -322,7 +319,7 @@ class RetryingClient:
                     raise TrackingUnavailable(
                         f"tracking store {self.tracking_uri} unreachable for {waited:.0f} s during {name} "
                         f"({_root_cause(exc)}); the bound is {self.retry_s:g} s (--tracking-retry-s, "
-                        f"${RETRY_ENV})"
+                        f"${env.TRACKING_RETRY_S.name})"
                     ) from None
                 time.sleep(min(_BACKOFF_FIRST_S * 2**attempt, _BACKOFF_MAX_S, self.retry_s - waited))
                 attempt += 1

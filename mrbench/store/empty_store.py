@@ -22,18 +22,17 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+from mrbench.core import env
 from mrbench.core.results_layout import store_db
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "MRBENCH_CACHE"
-"""Environment variable naming mrbench's cache folder (empty stores)."""
-
 
 def cache_dir() -> Path:
     """``$MRBENCH_CACHE``, else ``$XDG_CACHE_HOME/mrbench``, else ``~/.cache/mrbench`` (not created here)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
+    cache = env.CACHE.get()
+    if cache is not None:
+        return cache
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mrbench"
 

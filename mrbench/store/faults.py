@@ -28,6 +28,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+from mrbench.core import env
 from mrbench.store.uri import sqlite_path
 
 _FULL_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded"}
@@ -169,7 +170,7 @@ def store_fault_message(uri: str, cause: str) -> str:
     if is_damage(cause):
         return (
             f"{where} cannot be read: {cause}; restore it from a backup, or move it aside to start a "
-            "new store (--tracking-uri, MRBENCH_RESULTS)"
+            f"new store (--tracking-uri, {env.RESULTS.name})"
         )
     return f"{where} cannot be written: {cause}; make room (or lift the limit) and run the command again"
 

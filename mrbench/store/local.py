@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mrbench.core import layout
+from mrbench.core.env import RESULTS
 from mrbench.core.errors import UserError
 from mrbench.store.uri import ARTIFACTS_DIR, STORE_DB, local_path, sqlite_path, store_uri
 
@@ -44,11 +45,11 @@ log = logging.getLogger(__name__)
 
 def results_dir() -> Path:
     """The local results folder (created if missing); :class:`UserError` if it cannot be."""
-    path = Path(os.environ.get("MRBENCH_RESULTS", "results")).resolve()
+    path = RESULTS.get().resolve()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file in the way, a read-only or missing parent
-        what = "MRBENCH_RESULTS" if "MRBENCH_RESULTS" in os.environ else "the default ./results"
+        what = RESULTS.name if RESULTS.is_set() else "the default ./results"
         reason = "it is a file" if path.exists() else (exc.strerror or str(exc))
         raise UserError(f"results folder {path} ({what}) cannot be used: {reason}") from None
     return path
@@ -64,7 +65,7 @@ def check_store_writable(uri: str) -> None:
         if path.exists() and not os.access(path, os.W_OK):
             raise UserError(
                 f"the MLflow tracking store {uri!r} cannot be written: {path} is read-only; point "
-                "--tracking-uri or MRBENCH_RESULTS at a writable folder"
+                f"--tracking-uri or {RESULTS.name} at a writable folder"
             )
 
 
@@ -84,7 +85,7 @@ def _own_results_folder(uri: str) -> Path | None:
     db = sqlite_path(uri)
     if db is None:
         return None
-    results = Path(os.environ.get("MRBENCH_RESULTS", "results")).resolve()
+    results = RESULTS.get().resolve()
     return results if db.resolve() == results / STORE_DB else None
 
 

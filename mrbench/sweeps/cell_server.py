@@ -51,8 +51,8 @@ import traceback
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-SERVER_SWITCH = "MRBENCH_CELL_SERVER"
-"""``0`` (or ``false``, ``no``, ``off``): start each cell as a new interpreter, without a server."""
+from mrbench.core.env import CELL_SERVER
+
 SERVER_ENV = {
     "OPENBLAS_NUM_THREADS": "1",  # OpenBLAS starts its pool when numpy loads it: a thread
     "JE_ARROW_MALLOC_CONF": "background_thread:false",  # pyarrow's jemalloc thread, via mlflow
@@ -80,8 +80,9 @@ POLL_S = 0.05
 
 
 def enabled() -> bool:
-    """False when ``$MRBENCH_CELL_SERVER`` turns the server off."""
-    return os.environ.get(SERVER_SWITCH, "1").strip().lower() not in {"0", "false", "no", "off"}
+    """False when ``$MRBENCH_CELL_SERVER`` turns the server off (``0``, ``false``, ``no``, ``off``):
+    each cell is then a new interpreter."""
+    return CELL_SERVER.get()
 
 
 def preload_modules(cell_fn: str) -> list[str]:

@@ -18,14 +18,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mrbench.core import limits
+from mrbench.core import env, limits
 from mrbench.core.errors import UserError
 from mrbench.core.names import MAX_NAME_LENGTH, name_problem
 from mrbench.core.registry import Range
-from mrbench.engine.cell.resume import CHECKPOINT_EVERY_ENV, parse_checkpoint_every
+from mrbench.engine.cell.resume import parse_checkpoint_every
 from mrbench.engine.processes.distributed import DISTRIBUTED
 from mrbench.lab.presets import get_scenario
-from mrbench.store.client import DEFAULT_RETRY_S, RETRY_ENV
+from mrbench.store.client import DEFAULT_RETRY_S
 from mrbench.sweeps.memory_plan import parse_size
 
 EXECUTORS = ("local", "ray")
@@ -488,25 +488,25 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "checkpoint_every",
         _checkpoint_every,
-        default=f"`auto` (or `${CHECKPOINT_EVERY_ENV}`)",
+        default=f"`auto` (or `${env.CHECKPOINT_EVERY.name}`)",
         meaning="training checkpoints a killed cell resumes from, every N steps (0: none; `auto`: a "
         "tenth of the steps); not part of the run key",
         option=Option(
             "--checkpoint-every",
             "Training checkpoints every N steps, 0 for none, or auto (a tenth of the steps; the "
-            f"default, unless ${CHECKPOINT_EVERY_ENV} is set).",
+            f"default, unless ${env.CHECKPOINT_EVERY.name} is set).",
         ),
     ),
     Setting(
         "tracking_retry_s",
         optional(number(Range(ge=0, le=limits.RETRY_S_MAX))),
-        default=f"{DEFAULT_RETRY_S:g} (or `${RETRY_ENV}`)",
+        default=f"{DEFAULT_RETRY_S:g} (or `${env.TRACKING_RETRY_S.name}`)",
         meaning="seconds a cell retries an unreachable tracking store before it logs offline; not "
         "part of the run key",
         option=Option(
             "--tracking-retry-s",
             "Seconds each cell retries an unreachable tracking store before it logs offline "
-            f"(default {DEFAULT_RETRY_S:g}, or ${RETRY_ENV}).",
+            f"(default {DEFAULT_RETRY_S:g}, or ${env.TRACKING_RETRY_S.name}).",
             float,
         ),
     ),

@@ -29,7 +29,7 @@ SMALL += ["--train", "num_generations=2", "--train", "prompts_per_step=2", "--tr
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {**os.environ, "MRBENCH_RESULTS": str(tmp_path / "results"), "OMP_NUM_THREADS": "1", **extra}
-    env.pop(console.VERBOSE_ENV, None)
+    env.pop("MRBENCH_VERBOSE", None)
     env.pop("FORCE_COLOR", None)
     return env
 

@@ -235,8 +235,6 @@ def _start_fake_ui(tmp_path: Path, *args: str, sigint_ignored: bool = False) -> 
     with ``sigint_ignored``, as in a background job of a non-interactive shell (``mrbench ui &``)."""
     from cli_procs import default_stop_signals
 
-    from mrbench.engine.runs import console
-
     def signals() -> None:
         default_stop_signals()
         if sigint_ignored:
@@ -244,7 +242,7 @@ def _start_fake_ui(tmp_path: Path, *args: str, sigint_ignored: bool = False) -> 
 
     port = free_port()
     env = {**os.environ, "MRBENCH_RESULTS": str(tmp_path / "results")}
-    env.pop(console.VERBOSE_ENV, None)
+    env.pop("MRBENCH_VERBOSE", None)
     uri = f"sqlite:///{tmp_path / 'none' / 'mlflow.db'}"
     proc = subprocess.Popen(
         [sys.executable, str(FAKE_UI_CLI), "ui", "--port", str(port), "--tracking-uri", uri, *args],

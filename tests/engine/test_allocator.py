@@ -50,7 +50,7 @@ print(json.dumps({{
 
 
 def _probe(**env: str) -> dict:
-    clean = {k: v for k, v in os.environ.items() if k not in (allocator.MALLOC_ENV, "CUDA_VISIBLE_DEVICES")}
+    clean = {k: v for k, v in os.environ.items() if k not in ("MRBENCH_MALLOC", "CUDA_VISIBLE_DEVICES")}
     proc = subprocess.run(
         [sys.executable, "-c", PROBE], env={**clean, **env}, capture_output=True, text=True, timeout=120
     )
@@ -78,16 +78,16 @@ def test_a_process_that_sees_a_gpu_leaves_glibc_alone() -> None:
 
 
 def test_the_setting_is_read_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(allocator.MALLOC_ENV, raising=False)
+    monkeypatch.delenv("MRBENCH_MALLOC", raising=False)
     assert allocator.malloc_setting() == "keep"
-    monkeypatch.setenv(allocator.MALLOC_ENV, " default ")
+    monkeypatch.setenv("MRBENCH_MALLOC", " default ")
     assert allocator.malloc_setting() == "default"
-    monkeypatch.setenv(allocator.MALLOC_ENV, "jemalloc")
+    monkeypatch.setenv("MRBENCH_MALLOC", "jemalloc")
     with pytest.raises(UserError, match=r"MRBENCH_MALLOC='jemalloc' must be 'keep' or 'default'"):
         allocator.malloc_setting()
 
 
 def test_only_the_first_call_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(allocator, "_state", [False])
-    monkeypatch.setenv(allocator.MALLOC_ENV, "jemalloc")  # not read again
+    monkeypatch.setenv("MRBENCH_MALLOC", "jemalloc")  # not read again
     assert allocator.keep_freed_blocks() is False

@@ -20,7 +20,6 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
-from mrbench.engine.cell import resume
 from mrbench.engine.cell.cell_claim import LOCK_NAME, CellClaim, CellHeld
 from mrbench.engine.cell.checkpoints import CellFolder
 from mrbench.engine.cell.runner import run_cell
@@ -39,7 +38,7 @@ RUN_KEY = layout.tag(layout.RUN_KEY)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.delenv(resume.CHECKPOINT_EVERY_ENV, raising=False)
+    monkeypatch.delenv("MRBENCH_CHECKPOINT_EVERY", raising=False)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     MlflowClient(uri).search_experiments(max_results=1)  # the store exists before any process races on it
     return uri

@@ -18,7 +18,7 @@ def test_the_oldest_command_logs_go_as_a_new_one_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path))
-    monkeypatch.setenv(console.KEEP_LOGS_ENV, "3")
+    monkeypatch.setenv("MRBENCH_KEEP_LOGS", "3")
     logs = tmp_path / console.LOGS_DIR
     (logs / "my-sweep").mkdir(parents=True)
     sweep_log = logs / "my-sweep" / "cell-abc.log"
@@ -41,15 +41,15 @@ def test_the_oldest_command_logs_go_as_a_new_one_starts(
 def test_young_logs_are_kept_past_the_count_and_zero_keeps_all(tmp_path: Path, monkeypatch) -> None:
     for n in range(4):
         (tmp_path / f"eval-{n}.log").write_text("x")  # all written just now
-    monkeypatch.setenv(console.KEEP_LOGS_ENV, "1")
+    monkeypatch.setenv("MRBENCH_KEEP_LOGS", "1")
     assert console.prune_command_logs(tmp_path) == []
     old = time.time() - 2 * 86400
     for path in tmp_path.glob("*.log"):
         os.utime(path, (old, old))
-    monkeypatch.setenv(console.KEEP_LOGS_ENV, "0")
+    monkeypatch.setenv("MRBENCH_KEEP_LOGS", "0")
     assert console.prune_command_logs(tmp_path) == []
-    monkeypatch.setenv(console.KEEP_LOGS_ENV, "2")
+    monkeypatch.setenv("MRBENCH_KEEP_LOGS", "2")
     assert len(console.prune_command_logs(tmp_path)) == 2 and len(list(tmp_path.glob("*.log"))) == 2
-    monkeypatch.setenv(console.KEEP_LOGS_ENV, "many")
-    with pytest.raises(UserError, match="MRBENCH_KEEP_LOGS 'many'"):
+    monkeypatch.setenv("MRBENCH_KEEP_LOGS", "many")
+    with pytest.raises(UserError, match="MRBENCH_KEEP_LOGS='many' must be an integer"):
         console.prune_command_logs(tmp_path)

@@ -17,7 +17,7 @@ from mrbench.engine.training import cpu_logprob
 @pytest.fixture(autouse=True)
 def _trl_folds(monkeypatch):
     """Every test starts and ends with TRL's own folds in TRL's module."""
-    monkeypatch.delenv(cpu_logprob.FOLD_ENV, raising=False)
+    monkeypatch.delenv("MRBENCH_CPU_FOLD", raising=False)
     cpu_logprob.uninstall()
     yield
     cpu_logprob.uninstall()
@@ -182,9 +182,9 @@ def test_install_needs_the_known_trl_and_can_be_refused(monkeypatch) -> None:
         "TRL's chunked log-prob kernel changed: check mrbench/engine/training/cpu_logprob.py against it, "
         "then update KNOWN_TRL_DIGEST"
     )
-    monkeypatch.setenv(cpu_logprob.FOLD_ENV, "trl")
+    monkeypatch.setenv("MRBENCH_CPU_FOLD", "trl")
     assert cpu_logprob.install() is False and ck._forward_tile is not cpu_logprob.fold_forward
-    monkeypatch.setenv(cpu_logprob.FOLD_ENV, "mrbench")
+    monkeypatch.setenv("MRBENCH_CPU_FOLD", "mrbench")
     monkeypatch.setattr(cpu_logprob, "KNOWN_TRL_DIGEST", "0" * 16)
     assert cpu_logprob.install() is False and ck._backward_tile is not cpu_logprob.fold_backward
     monkeypatch.undo()
@@ -196,7 +196,7 @@ def test_install_needs_the_known_trl_and_can_be_refused(monkeypatch) -> None:
 
 
 def test_the_setting_is_checked(monkeypatch) -> None:
-    monkeypatch.setenv(cpu_logprob.FOLD_ENV, "fast")
+    monkeypatch.setenv("MRBENCH_CPU_FOLD", "fast")
     with pytest.raises(UserError, match=r"MRBENCH_CPU_FOLD='fast' must be 'mrbench' or 'trl'"):
         cpu_logprob.install()
 

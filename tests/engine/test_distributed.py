@@ -316,12 +316,12 @@ def test_forked_ranks_see_what_accelerate_launch_gives_its_ranks(preset, monkeyp
 def test_ranks_are_launched_by_accelerate_when_asked_or_on_cuda(monkeypatch):
     from mrbench.engine.processes import rank_fork
 
-    monkeypatch.delenv(rank_fork.RANK_LAUNCH_ENV, raising=False)
+    monkeypatch.delenv("MRBENCH_RANK_LAUNCH", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert rank_fork.can_fork("fsdp") and rank_fork.can_fork("ddp") and not rank_fork.can_fork("zero3")
-    monkeypatch.setenv(rank_fork.RANK_LAUNCH_ENV, "accelerate")
+    monkeypatch.setenv("MRBENCH_RANK_LAUNCH", "accelerate")
     assert not rank_fork.can_fork("fsdp")
-    monkeypatch.delenv(rank_fork.RANK_LAUNCH_ENV)
+    monkeypatch.delenv("MRBENCH_RANK_LAUNCH")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert not rank_fork.can_fork("ddp")
 

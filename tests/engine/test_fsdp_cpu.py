@@ -65,7 +65,7 @@ def _start_fsdp(model_dir: Path, root: Path, name: str) -> subprocess.Popen:
     args += [x for k, v in TASK_PARAMS.items() for x in ("--task-param", f"{k}={v}")]
     args += [x for k, v in TRAIN.items() for x in ("--train", f"{k}={v}")]
     env = {**os.environ, "MRBENCH_RESULTS": str(root / "results"), "OMP_NUM_THREADS": "1"}
-    env.pop(resume.CHECKPOINT_EVERY_ENV, None)
+    env.pop("MRBENCH_CHECKPOINT_EVERY", None)
     log = (root / f"{name}.log").open("wb")
     MlflowClient(f"sqlite:///{root}/mlflow.db").search_experiments(max_results=1)  # the store exists first
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)

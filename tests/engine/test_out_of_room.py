@@ -87,7 +87,7 @@ def test_a_cell_on_a_full_disk_ends_killed_keeps_its_checkpoint_and_resumes(
     micro_model_dir: Path, small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
 ) -> None:
     monkeypatch.setenv("MRBENCH_RESULTS", str(small_disk / "results"))  # the store stays off the disk
-    monkeypatch.delenv(resume.CHECKPOINT_EVERY_ENV, raising=False)
+    monkeypatch.delenv("MRBENCH_CHECKPOINT_EVERY", raising=False)
     spec = resolve_spec("gdpo", "tool-calling", str(micro_model_dir), 2, task_params=TASK_PARAMS, train=TRAIN)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     filler = small_disk / "filler"

@@ -67,7 +67,7 @@ ARTIFACTS = (layout.DIAGNOSTICS_ARTIFACT, layout.COMPLETIONS_ARTIFACT, layout.EV
 def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "results"
     monkeypatch.setenv("MRBENCH_RESULTS", str(path))
-    monkeypatch.delenv(resume.CHECKPOINT_EVERY_ENV, raising=False)
+    monkeypatch.delenv("MRBENCH_CHECKPOINT_EVERY", raising=False)
     return path
 
 
@@ -137,7 +137,7 @@ def _cell_command(model_dir: Path, uri: str, plan: KillPlan = MICRO_PLAN) -> lis
 def _start(model_dir: Path, root: Path, name: str, plan: KillPlan = MICRO_PLAN) -> subprocess.Popen:
     root.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MRBENCH_RESULTS": str(root / "results"), "OMP_NUM_THREADS": "1"}
-    env.pop(resume.CHECKPOINT_EVERY_ENV, None)
+    env.pop("MRBENCH_CHECKPOINT_EVERY", None)
     log = (root / f"{name}.log").open("wb")
     uri = f"sqlite:///{root}/mlflow.db"
     # The store exists before the cell starts: the test's own client, opened while the cell created
@@ -398,12 +398,12 @@ def test_reopen_run_continues_a_killed_run_and_refuses_a_finished_one(results: P
 
 
 def test_checkpoint_every(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(resume.CHECKPOINT_EVERY_ENV, raising=False)
+    monkeypatch.delenv("MRBENCH_CHECKPOINT_EVERY", raising=False)
     assert resume.resolve_checkpoint_every(None, 30) == 3 and resume.resolve_checkpoint_every(None, 4) == 1
     assert resume.resolve_checkpoint_every(7, 30) == 7 and resume.resolve_checkpoint_every(0, 30) == 0
-    monkeypatch.setenv(resume.CHECKPOINT_EVERY_ENV, "5")
+    monkeypatch.setenv("MRBENCH_CHECKPOINT_EVERY", "5")
     assert resume.resolve_checkpoint_every(None, 30) == 5
-    monkeypatch.setenv(resume.CHECKPOINT_EVERY_ENV, "often")
+    monkeypatch.setenv("MRBENCH_CHECKPOINT_EVERY", "often")
     with pytest.raises(UserError, match=r"MRBENCH_CHECKPOINT_EVERY.*'often'"):
         resume.resolve_checkpoint_every(None, 30)
     assert resume.parse_checkpoint_every("auto") is None

@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mrbench.store.empty_store import CACHE_ENV
-
 # Each child imports mrbench first (the slow part), then waits for the go file, so that all of
 # them open the store within milliseconds of each other.
 CHILD = """
@@ -44,12 +42,12 @@ def test_processes_opening_a_new_store_together_all_succeed(tmp_path: Path, cach
     # process at once, then copied; MLflow creating the store itself (the cache is a file).
     cache_dir = tmp_path / "cache"
     if cache == "empty store cached":
-        env = {**os.environ, CACHE_ENV: str(cache_dir)}
+        env = {**os.environ, "MRBENCH_CACHE": str(cache_dir)}
         subprocess.run([sys.executable, "-c", CHILD_MAKE_CACHE], env=env, check=True, timeout=120)
         assert list(cache_dir.glob("mlflow-*-empty.db"))
     elif cache == "no usable cache":
         cache_dir.write_text("a file where the cache folder would be")
-    env = {**os.environ, CACHE_ENV: str(cache_dir)}
+    env = {**os.environ, "MRBENCH_CACHE": str(cache_dir)}
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     go = tmp_path / "go"
     n = 4

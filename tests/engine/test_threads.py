@@ -18,7 +18,7 @@ from mrbench.engine.processes import threads
 
 @pytest.fixture(autouse=True)
 def _clean(monkeypatch):
-    monkeypatch.delenv(threads.THREADS_ENV, raising=False)
+    monkeypatch.delenv("MRBENCH_THREADS", raising=False)
     monkeypatch.setattr(threads, "_given", [])
     for var in (*threads.THREAD_VARS, "OMP_WAIT_POLICY"):
         monkeypatch.delenv(var, raising=False)
@@ -49,10 +49,10 @@ def test_another_model_gets_its_share_of_the_cores(monkeypatch, tmp_path):
 
 
 def test_the_environment_variable_overrides_and_bad_values_are_named(monkeypatch):
-    monkeypatch.setenv(threads.THREADS_ENV, "3")
+    monkeypatch.setenv("MRBENCH_THREADS", "3")
     assert threads.threads_for("tiny") == 3 and threads.threads_for("Qwen/Qwen3-8B", workers=4) == 3
     for bad in ("0", "-2", "two", "1.5"):
-        monkeypatch.setenv(threads.THREADS_ENV, bad)
+        monkeypatch.setenv("MRBENCH_THREADS", bad)
         with pytest.raises(UserError, match=rf"MRBENCH_THREADS='{bad}' must be a positive integer"):
             threads.threads_for("tiny")
 

@@ -35,7 +35,7 @@ def _revision(db: Path) -> str:
 def test_a_new_store_is_copied_from_one_empty_store_and_equals_one_mlflow_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(empty_store.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("MRBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -71,7 +71,7 @@ def test_an_unusable_cache_leaves_the_store_to_mlflow(
 ) -> None:
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder would be")
-    monkeypatch.setenv(empty_store.CACHE_ENV, str(blocker))
+    monkeypatch.setenv("MRBENCH_CACHE", str(blocker))
     db = tmp_path / "mlflow.db"
     assert empty_store.seed_new_store(db) is False
     assert not db.exists()
@@ -83,7 +83,7 @@ def test_an_unusable_cache_leaves_the_store_to_mlflow(
 
 
 def test_an_existing_store_is_never_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(empty_store.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("MRBENCH_CACHE", str(tmp_path / "cache"))
     db = tmp_path / "mlflow.db"
     db.write_bytes(b"someone's data")
     assert empty_store.seed_new_store(db) is False

@@ -54,7 +54,7 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "record"
     folder.mkdir()
     monkeypatch.setenv(RECORD_ENV, str(folder))
-    monkeypatch.delenv(cell_server.SERVER_SWITCH, raising=False)
+    monkeypatch.delenv("MRBENCH_CELL_SERVER", raising=False)
     # A cell started without the server imports server_cells by PYTHONPATH, as from a real sweep.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
     return folder
@@ -139,7 +139,7 @@ def test_a_cell_that_exits_or_is_killed_fails_alone(record: Path, light: None) -
 def test_without_the_server_each_cell_is_a_new_interpreter(
     record: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(cell_server.SERVER_SWITCH, "0")
+    monkeypatch.setenv("MRBENCH_CELL_SERVER", "0")
     outcomes = run(record, [0])
     assert outcomes[0].status == "FINISHED"
     assert facts(record, 0)["ppid"] == os.getpid() and not facts(record, 0)["torch_loaded"]

@@ -28,7 +28,7 @@ def test_a_dead_workers_run_is_ended_as_soon_as_the_sweep_sees_its_exit(
 ) -> None:
     # The cells are children of the sweep's cell server, which preloads only the cell's module.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
-    monkeypatch.delenv(cell_server.SERVER_SWITCH, raising=False)
+    monkeypatch.delenv("MRBENCH_CELL_SERVER", raising=False)
     monkeypatch.setattr(cell_server, "preload_modules", lambda fn: ["store_cells"])
     seed_new_store(tmp_path / "mlflow.db")  # a copy of the empty store: no schema migration
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mrbench.core import limits
+from mrbench.core import env, limits
 
 if TYPE_CHECKING:
     from mrbench.engine.cell.runner import CellResult
@@ -65,7 +65,7 @@ def run_cmd(
         "--checkpoint-every",
         help="Training checkpoint (policy, optimizer, RNG state) every N steps, from which the same "
         "command resumes a killed cell: N, 0 for none, or auto (default: a tenth of the steps; "
-        "$MRBENCH_CHECKPOINT_EVERY).",
+        f"${env.CHECKPOINT_EVERY.name}).",
     ),
     retry_s: float = typer.Option(
         None,
@@ -73,7 +73,7 @@ def run_cmd(
         min=0,
         max=limits.RETRY_S_MAX,
         help="Retry an unreachable tracking store this long before keeping the log locally "
-        "(default 300, or $MRBENCH_TRACKING_RETRY_S).",
+        f"(default {env.TRACKING_RETRY_S.default:g}, or ${env.TRACKING_RETRY_S.name}).",
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display (the results only)."),
     verbose: bool = typer.Option(

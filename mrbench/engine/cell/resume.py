@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mrbench.core import layout
+from mrbench.core import env, layout
 from mrbench.core.errors import UserError
 from mrbench.engine.cell import checkpoint_layout
 from mrbench.engine.cell.checkpoints import CellFolder, SaveMode, parse_save, require_room_for_checkpoint
@@ -73,7 +73,6 @@ log = logging.getLogger(__name__)
 MARKER = "mrbench-resume.json"
 """mrbench's file in a training checkpoint, written last: the checkpoint is complete once it exists."""
 MARKER_VERSION = 1
-CHECKPOINT_EVERY_ENV = "MRBENCH_CHECKPOINT_EVERY"
 AUTO_CHECKPOINTS = 10
 """``checkpoint_every`` "auto": this many checkpoints over a cell's steps (every ceil(steps / 10))."""
 # transformers' names in a checkpoint folder that every layout has; the model and optimizer state
@@ -84,18 +83,11 @@ _RNG_GLOB = "rng_state*.pth"
 
 def parse_checkpoint_every(text: str) -> int | None:
     """``"auto"`` → None, ``"N"`` (0 ≤ N ≤ :data:`~mrbench.core.limits.STEPS_MAX`) → N; anything
-    else a :class:`UserError`."""
-    from mrbench.core.limits import STEPS_MAX
-
-    value = text.strip().lower()
-    if value == "auto":
-        return None
-    if value.isascii() and value.isdigit() and int(value) <= STEPS_MAX:
-        return int(value)
-    raise UserError(
-        f"checkpoint every {text!r}: expected auto or a number of steps from 0 (no checkpoints) "
-        f"to {STEPS_MAX}"
-    )
+    else a :class:`UserError` (:func:`mrbench.core.env.steps_or_auto`, as ``$MRBENCH_CHECKPOINT_EVERY``)."""
+    try:
+        return env.steps_or_auto(text)
+    except ValueError as exc:
+        raise UserError(f"checkpoint every {text!r}: expected {exc}") from None
 
 
 def resolve_checkpoint_every(value: int | None, steps: int) -> int:
@@ -106,11 +98,8 @@ def resolve_checkpoint_every(value: int | None, steps: int) -> int:
     >>> resolve_checkpoint_every(None, 30), resolve_checkpoint_every(None, 1900)
     (3, 190)
     """
-    if value is None and CHECKPOINT_EVERY_ENV in os.environ:
-        try:
-            value = parse_checkpoint_every(os.environ[CHECKPOINT_EVERY_ENV])
-        except UserError as exc:
-            raise UserError(f"${CHECKPOINT_EVERY_ENV}: {exc}") from None
+    if value is None:
+        value = env.CHECKPOINT_EVERY.get()
     if value is None:
         return max(1, -(-steps // AUTO_CHECKPOINTS))
     if value < 0:

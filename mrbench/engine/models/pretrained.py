@@ -32,6 +32,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mrbench.core import env
 from mrbench.core.errors import UserError
 from mrbench.core.pretrained import PRETRAINED_PRESETS
 from mrbench.core.results_layout import MODEL_MARKER
@@ -135,7 +136,7 @@ def check_free_space(root: Path, needed_mb: int) -> None:
     if free_mb < needed_mb * 1.1:
         raise UserError(
             f"not enough disk space under {root}: converting the model needs about {needed_mb} MB, "
-            f"{free_mb:.0f} MB are free; free some space or set MRBENCH_RESULTS to a larger disk"
+            f"{free_mb:.0f} MB are free; free some space or set {env.RESULTS.name} to a larger disk"
         )
 
 

@@ -19,14 +19,11 @@ is not worth anything there. ``MRBENCH_MALLOC=default`` leaves glibc's settings 
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 
-from mrbench.core.errors import UserError
+from mrbench.core import env
 from mrbench.engine.processes.devices import visible_gpus
 
-MALLOC_ENV = "MRBENCH_MALLOC"
-"""``keep`` (the default) or ``default`` (glibc's own settings)."""
 KEEP_BYTES = 1 << 30
 """Blocks below this size come from the heap, and up to this much free heap is kept (1 GiB)."""
 
@@ -39,10 +36,7 @@ _state: list[bool] = []  # what keep_freed_blocks decided, once it ran in this p
 
 def malloc_setting() -> str:
     """``$MRBENCH_MALLOC`` checked: ``keep`` when unset; :class:`UserError` when it is neither."""
-    value = os.environ.get(MALLOC_ENV, "").strip() or "keep"
-    if value not in ("keep", "default"):
-        raise UserError(f"{MALLOC_ENV}={value!r} must be 'keep' or 'default' (glibc's own settings)")
-    return value
+    return env.MALLOC.get()
 
 
 def keep_freed_blocks() -> bool:

@@ -36,14 +36,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-RANK_LAUNCH_ENV = "MRBENCH_RANK_LAUNCH"
-"""``accelerate``: start a CPU cell's ranks with ``accelerate launch`` even where they could be forked."""
+from mrbench.core.env import RANK_LAUNCH
+
 POLL_S = 0.05
 
 
 def can_fork(distributed: str) -> bool:
     """Whether this process may fork the ranks of a cell of preset ``distributed`` (module docstring)."""
-    if os.environ.get(RANK_LAUNCH_ENV, "").strip().lower() == "accelerate":
+    if RANK_LAUNCH.get() == "accelerate":
         return False
     if distributed not in ("ddp", "fsdp") or not hasattr(os, "fork"):
         return False

@@ -23,10 +23,8 @@ import os
 import sys
 from pathlib import Path
 
-from mrbench.core.errors import UserError
+from mrbench.core import env
 
-THREADS_ENV = "MRBENCH_THREADS"
-"""Environment variable that fixes the intra-op threads of every mrbench process (a positive integer)."""
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 """What native libraries read for their thread pools when they start."""
 
@@ -57,16 +55,6 @@ def is_tiny(model: str) -> bool:
     return isinstance(marker, dict) and marker.get("task_settings") == TINY_TASK_SETTINGS
 
 
-def user_threads() -> int | None:
-    """``$MRBENCH_THREADS`` as a positive integer, None when unset; :class:`UserError` when malformed."""
-    raw = os.environ.get(THREADS_ENV, "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise UserError(f"{THREADS_ENV}={raw!r} must be a positive integer (intra-op threads per process)")
-    return int(raw)
-
-
 def threads_for(model: str, workers: int = 1, *, share: int | None = None) -> int:
     """The intra-op threads of a process computing with ``model`` beside ``workers - 1`` others;
     ``share``: the cores it was given instead (a Ray task's CPUs), else ``cores // workers``.
@@ -74,7 +62,7 @@ def threads_for(model: str, workers: int = 1, *, share: int | None = None) -> in
     >>> threads_for("tiny", workers=1), threads_for("tiny", share=8)
     (1, 1)
     """
-    override = user_threads()
+    override = env.THREADS.get()
     if override is not None:
         return override
     if is_tiny(model):

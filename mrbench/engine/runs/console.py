@@ -42,29 +42,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from mrbench.core import layout
+from mrbench.core import env, layout
 
 log = logging.getLogger(__name__)
 
-VERBOSE_ENV = "MRBENCH_VERBOSE"
-"""``1``: show captured library output live (``--verbose``); worker processes inherit it."""
 CELL_LOG_NAME = layout.CELL_LOG_ARTIFACT.rpartition("/")[2]  # cell.log
 UPLOAD_RETRY_S = 10.0  # the log is worth a short wait for the store, not the cell's full retry bound
 LOGS_DIR = "logs"  # <results>/logs: the logs of commands that run no cell (command_log_path)
-KEEP_LOGS_ENV = "MRBENCH_KEEP_LOGS"
-KEEP_LOGS = 100  # command logs kept in <results>/logs (prune_command_logs)
 KEEP_LOGS_MIN_AGE_S = 24 * 3600.0  # a command log younger than this is never pruned
 TEE_JOIN_S = 2.0  # a child process that keeps the pipe open must not hang the end of a capture
 
 
 def verbose() -> bool:
     """True when ``--verbose`` was given or ``$MRBENCH_VERBOSE`` is a true value."""
-    return os.environ.get(VERBOSE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return env.VERBOSE.get()
 
 
 def set_verbose() -> None:
     """Turn verbose on for this process and the worker processes it starts."""
-    os.environ[VERBOSE_ENV] = "1"
+    os.environ[env.VERBOSE.name] = "1"
 
 
 def command_log_path(command: str) -> Path:
@@ -82,12 +78,7 @@ def command_log_path(command: str) -> Path:
 
 def kept_command_logs() -> int:
     """How many command logs ``<results>/logs`` keeps: ``$MRBENCH_KEEP_LOGS``, else 100."""
-    from mrbench.core.errors import UserError
-
-    text = os.environ.get(KEEP_LOGS_ENV, "").strip() or str(KEEP_LOGS)
-    if not text.isdigit():
-        raise UserError(f"${KEEP_LOGS_ENV} {text!r}: expected a number of logs to keep (0: keep every log)")
-    return int(text)
+    return env.KEEP_LOGS.get()
 
 
 def prune_command_logs(folder: Path, *, now: float | None = None) -> list[Path]:

@@ -27,13 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 from typing import Any
 
-from mrbench.core.errors import UserError
-
-FOLD_ENV = "MRBENCH_CPU_FOLD"
-"""``mrbench`` (the default: these folds where TRL's are the known ones) or ``trl``."""
+from mrbench.core import env
 
 KNOWN_TRL_DIGEST = "668a25c7e65b280c"
 """TRL 1.16.0's :func:`trl_digest`: the code these folds were written against and checked with."""
@@ -43,10 +39,7 @@ _original: dict[str, Any] = {}  # TRL's folds, once install() replaced them
 
 def fold_setting() -> str:
     """``$MRBENCH_CPU_FOLD`` checked: ``mrbench`` when unset; :class:`UserError` otherwise."""
-    value = os.environ.get(FOLD_ENV, "").strip() or "mrbench"
-    if value not in ("mrbench", "trl"):
-        raise UserError(f"{FOLD_ENV}={value!r} must be 'mrbench' or 'trl' (TRL's own CPU folds)")
-    return value
+    return env.CPU_FOLD.get()
 
 
 def trl_digest() -> str:

@@ -15,6 +15,8 @@ import signal
 import sys
 from typing import Any
 
+from mrbench.core.env import SANDBOX_PYTHON, SANDBOX_UID_BASE
+
 from .job import Job, Result
 from .limits import Limits
 from .wire import read_frame_within, write_frame
@@ -24,13 +26,8 @@ _ZYGOTE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygot
 
 
 def _default_uid_base() -> int:
-    raw = os.environ.get("MRBENCH_SANDBOX_UID_BASE", "")
-    if raw:
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"MRBENCH_SANDBOX_UID_BASE must be an integer, got {raw!r}") from None
-    return 61000  # 61000–61383: above distro system users, below systemd's dynamic range
+    # 61000–61383 by default: above distro system users, below systemd's dynamic range
+    return SANDBOX_UID_BASE.get()
 
 
 class _Lease:
@@ -85,7 +82,7 @@ def _find_python(preferred: str | None, uid: int | None) -> str:
         return _PYTHON_CACHE[key]
     candidates = [preferred] if preferred else []
     if not preferred:
-        env_python = os.environ.get("MRBENCH_SANDBOX_PYTHON")
+        env_python = SANDBOX_PYTHON.get()
         candidates += [env_python] if env_python else []
         candidates += [sys.executable, os.path.realpath(sys.executable)]
         candidates += [getattr(sys, "_base_executable", "")]
@@ -116,7 +113,7 @@ def _find_python(preferred: str | None, uid: int | None) -> str:
     who = f"uid {uid}" if uid is not None else "this user"
     raise RuntimeError(
         f"no Python interpreter that {who} can execute was found (tried {', '.join(tried)}); "
-        "pass Sandbox(python=...) or set MRBENCH_SANDBOX_PYTHON to a world-readable interpreter"
+        f"pass Sandbox(python=...) or set {SANDBOX_PYTHON.name} to a world-readable interpreter"
     )
 
 

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from mrbench.core import layout
+from mrbench.core.env import PREFIX
 from mrbench.core.errors import UserError
 from mrbench.engine.processes.devices import ray_gpus
 from mrbench.engine.processes.threads import threads_for
@@ -39,7 +40,7 @@ from mrbench.sweeps.cell_process import cell_payload, run_payload
 from mrbench.sweeps.progress import SweepProgress
 from mrbench.sweeps.resume import search_all
 
-FORWARDED_PREFIXES = ("MRBENCH_", "MLFLOW_")
+FORWARDED_PREFIXES = (PREFIX, "MLFLOW_")
 """Environment variables of the sweep process that every task gets too (besides ``PYTHONPATH``)."""
 CANCEL_GRACE_S = 30.0  # how long cancelled cells may take to end their runs KILLED
 
