@@ -64,13 +64,14 @@ from typing import Any
 
 from mrbench.core import env, layout
 from mrbench.core.errors import UserError
+from mrbench.core.results_layout import RESUME_MARKER
 from mrbench.engine.cell import checkpoint_layout
 from mrbench.engine.cell.checkpoints import CellFolder, SaveMode, parse_save, require_room_for_checkpoint
 from mrbench.engine.training import reward_log
 
 log = logging.getLogger(__name__)
 
-MARKER = "mrbench-resume.json"
+MARKER = RESUME_MARKER
 """mrbench's file in a training checkpoint, written last: the checkpoint is complete once it exists."""
 MARKER_VERSION = 1
 AUTO_CHECKPOINTS = 10

@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from mrbench.core import env, layout
+from mrbench.core import env, layout, results_layout
 
 log = logging.getLogger(__name__)
 
-CELL_LOG_NAME = layout.CELL_LOG_ARTIFACT.rpartition("/")[2]  # cell.log
+CELL_LOG_NAME = results_layout.CELL_LOG
 UPLOAD_RETRY_S = 10.0  # the log is worth a short wait for the store, not the cell's full retry bound
-LOGS_DIR = "logs"  # <results>/logs: the logs of commands that run no cell (command_log_path)
+LOGS_DIR = results_layout.LOGS_DIR  # the logs of commands that run no cell (command_log_path)
 KEEP_LOGS_MIN_AGE_S = 24 * 3600.0  # a command log younger than this is never pruned
 TEE_JOIN_S = 2.0  # a child process that keeps the pipe open must not hang the end of a capture
 
@@ -70,7 +70,7 @@ def command_log_path(command: str) -> Path:
     :class:`~mrbench.core.errors.UserError` when it cannot be."""
     from mrbench.store.local import results_dir
 
-    folder = results_dir() / LOGS_DIR
+    folder = results_layout.logs_dir(results_dir())
     folder.mkdir(parents=True, exist_ok=True)
     prune_command_logs(folder)
     return folder / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
@@ -138,9 +138,9 @@ def command_output(
 
 def cell_log_path(run_key: str) -> Path:
     """``<results>/checkpoints/<run key>/cell.log``: where a cell's library output goes."""
-    from mrbench.engine.cell.checkpoints import CellFolder
+    from mrbench.store.local import results_dir
 
-    return CellFolder.for_run_key(run_key).root / CELL_LOG_NAME
+    return results_layout.CellPaths.of(results_dir(), run_key).log_path()
 
 
 @dataclass
@@ -351,13 +351,13 @@ def attach_command_log(client: Any, run_id: str) -> None:
 def cell_output(folder: Path) -> Iterator[CellOutput]:
     """A cell's capture into ``folder/cell.log`` with its progress kept in ``folder`` (see the
     module docstring); the log goes to the run named by :func:`attach_log` at the end."""
-    from mrbench.engine.processes.distributed import rank
+    from mrbench.core.ranks import rank
     from mrbench.engine.runs import phases
 
     replica = rank()  # > 0: another process of a multi-process cell, whose rank 0 logs
-    name = f"{Path(CELL_LOG_NAME).stem}.rank{replica}.log" if replica else CELL_LOG_NAME
-    out = CellOutput(Path(folder) / name)
-    progress = Path(folder) / (phases.PROGRESS_NAME if not replica else f".rank{replica}.progress.json")
+    paths = results_layout.CellPaths(Path(folder))
+    out = CellOutput(paths.log_path(replica))
+    progress = paths.progress_path(replica)
     try:
         with capture_output(out.log_path), phases.progress_file(progress):
             _cells.append(out)

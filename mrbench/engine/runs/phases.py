@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-PROGRESS_NAME = "progress.json"
+from mrbench.core.results_layout import PROGRESS
+
+PROGRESS_NAME = PROGRESS
 WRITE_EVERY_S = 0.5  # the progress file is rewritten at most this often within a phase
 QUIET_S = 5.0  # plain lines: no quarter lines within a phase's first seconds
 
