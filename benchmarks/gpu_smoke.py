@@ -205,7 +205,7 @@ def plain_trl_trainer(args: argparse.Namespace, model: str, use_vllm: bool, out_
     from trl import GRPOTrainer
 
     from mrbench.engine.config import resolve_spec
-    from mrbench.engine.evaluation.evaluate import load_policy
+    from mrbench.engine.evaluation.policy import load_policy
     from mrbench.engine.training.grpo_setup import grpo_config
     from mrbench.tasks import build_task
 

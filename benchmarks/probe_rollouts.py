@@ -97,7 +97,7 @@ def main() -> None:
 
     from transformers import set_seed
 
-    from mrbench.engine.evaluation.evaluate import load_policy
+    from mrbench.engine.evaluation.policy import load_policy
     from mrbench.engine.models.catalog import model_task_settings, prepare_model
     from mrbench.kit.keyvalue import parse_key_values
     from mrbench.tasks import build_task, get_task_entry

@@ -43,6 +43,7 @@ def mrbench_eval(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
         out = capsys.readouterr()
         return info.value.code, out.out, out.err
 
+    call.uri = uri  # type: ignore[attr-defined]
     return call
 
 
@@ -180,3 +181,29 @@ def test_eval_prints_its_own_lines_and_logs_the_libraries_output(
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert all(n in proc.stdout + proc.stderr for n in EVAL_NOISE)
     assert "← primary" in proc.stdout
+
+
+def test_eval_of_a_cells_run_gives_the_cells_own_after_training_figures(
+    mrbench_eval, micro_model_dir
+) -> None:
+    """``mrbench eval --model run:<ID>``: the cell's checkpoint, settings, eval split and precision,
+    so its metrics are the cell's own ``eval/`` figures after training, number for number."""
+    import math
+
+    from mrbench.engine.cell import runner
+    from mrbench.engine.config import resolve_spec
+
+    settings = {"n_train": "16", "n_eval": "3"}
+    train = {"steps": "1", "num_generations": "2", "prompts_per_step": "2", "eval_limit": "3"}
+    spec = resolve_spec("grpo", "tool-calling", str(micro_model_dir), 0, task_params=settings, train=train)
+    cell = runner.run_cell(spec, tracking_uri=mrbench_eval.uri, experiment="cells", progress=False)
+    params = [arg for k, v in settings.items() for arg in ("--task-param", f"{k}={v}")]
+    code, out, err = mrbench_eval(
+        "--model", f"run:{cell.run_id}", "--task", "tool-calling", "--limit", "3", *params, "--json"
+    )
+    assert code == 0, err[-2000:]
+    metrics = json.loads(out)["metrics"]
+    assert set(metrics) == set(cell.metrics_after)
+    for name, value in cell.metrics_after.items():
+        got = metrics[name]
+        assert (got is None and math.isnan(value)) or got == value, (name, got, value)

@@ -17,7 +17,9 @@ from mrbench.core.errors import UserError
 from mrbench.engine.cell import runner
 from mrbench.engine.config import resolve_spec
 from mrbench.engine.evaluation import evaluate as evaluation
-from mrbench.engine.evaluation.evaluate import EvalSpec, run_eval, task_settings, with_pass_at_k
+from mrbench.engine.evaluation import extra_evals, policy
+from mrbench.engine.evaluation.evaluate import EvalSpec, run_eval, task_settings
+from mrbench.engine.evaluation.policy import with_pass_at_k
 
 TOOLS = {"n_train": "16", "n_eval": "4"}
 
@@ -40,9 +42,11 @@ def _samples_artifact(uri: str, run_id: str, tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(local).read_text().splitlines()]
 
 
-def test_the_runner_evaluates_through_the_same_function() -> None:
-    assert runner.evaluate_model is evaluation.evaluate_model
-    assert runner.load_policy is evaluation.load_policy
+def test_cells_extra_evaluations_and_mrbench_eval_evaluate_through_one_path() -> None:
+    for module in (runner, evaluation, extra_evals):
+        assert module.evaluate_policy is policy.evaluate_policy, module.__name__
+    assert runner.load_for_evaluation is evaluation.load_for_evaluation is policy.load_for_evaluation
+    assert runner.cached_evaluation is extra_evals.cached_evaluation is policy.cached_evaluation
 
 
 def test_eval_of_a_model_folder_logs_one_complete_run(micro_model_dir, store, tmp_path) -> None:
@@ -91,13 +95,13 @@ def test_eval_of_a_cells_checkpoint_is_its_own_evaluation_again(
     cell = runner.run_cell(cell_spec, tracking_uri=store, experiment="cells", progress=False)
     assert cell.checkpoint_dir
     seen: list[tuple[bool, torch.dtype]] = []
-    evaluate = evaluation.evaluate_model
+    evaluate = policy.evaluate_model
 
     def recording(task, model, tokenizer, limit):
         seen.append((torch.is_autocast_enabled("cpu"), next(model.parameters()).dtype))
         return evaluate(task, model, tokenizer, limit)
 
-    monkeypatch.setattr(evaluation, "evaluate_model", recording)
+    monkeypatch.setattr(policy, "evaluate_model", recording)
     spec = EvalSpec(model=f"run:{cell.run_id}", task="tool-calling", limit=2, task_params=TOOLS)
     report = run_eval(spec, tracking_uri=store)
     assert report.eval_of == cell.run_id and report.model == f"run:{cell.run_id}"

@@ -23,6 +23,7 @@ from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.engine.cell import runner
 from mrbench.engine.config import resolve_spec
+from mrbench.engine.evaluation import policy
 from mrbench.engine.processes.devices import gpus_for_slot, pin_for_cell, visible_gpus
 from mrbench.engine.training import grpo_setup, rollout_adapter
 from mrbench.engine.training.trainer import MultiRewardGRPOTrainer
@@ -104,7 +105,7 @@ def test_with_a_kl_term_the_evaluated_policy_is_the_trained_one(
     TRL's reference model are alive while training (no stale copy of a 7B model on the GPU)."""
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
     loaded: list[weakref.ref] = []
-    real_load = runner.load_policy
+    real_load = policy.load_policy
 
     def load_policy(path: str, **kwargs: Any) -> Any:
         model, tokenizer = real_load(path, **kwargs)
@@ -122,7 +123,7 @@ def test_with_a_kl_term_the_evaluated_policy_is_the_trained_one(
         seen["reference"] = self.ref_model is not None
         return real_train(self, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "load_policy", load_policy)
+    monkeypatch.setattr(policy, "load_policy", load_policy)
     monkeypatch.setattr(MultiRewardGRPOTrainer, "train", train)
     spec = resolve_spec("grpo", FIXED, str(micro_model_dir), 0, train={**SMALL, "steps": "1", "beta": "0.01"})
     result = runner.run_cell(

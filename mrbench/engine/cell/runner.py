@@ -63,10 +63,14 @@ from mrbench.engine.cell.cell_claim import CellClaim
 from mrbench.engine.cell.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
 from mrbench.engine.config import RunSpec
 from mrbench.engine.evaluation import eval_cache
-from mrbench.engine.evaluation.evaluate import evaluate_model, load_policy
-from mrbench.engine.processes.allocator import keep_freed_blocks
+from mrbench.engine.evaluation.policy import (
+    LoadedPolicy,
+    cached_evaluation,
+    evaluate_policy,
+    load_for_evaluation,
+)
+from mrbench.engine.models.catalog import Precision
 from mrbench.engine.processes.distributed import is_main_process, rank_client
-from mrbench.engine.processes.threads import use_threads_for
 from mrbench.engine.runs import console, phases
 from mrbench.engine.runs.run_guard import ends_run_on_error
 from mrbench.engine.runs.tracking import RunLog
@@ -262,16 +266,6 @@ class _CellRun:
         return self.start.save
 
 
-@dataclass(frozen=True)
-class _Policy:
-    """The policy a cell trains: the prepared ``path`` it was loaded from, ``model`` (float32, the
-    one copy: evaluated before training, then trained) and ``tokenizer``."""
-
-    path: str
-    model: Any
-    tokenizer: Any
-
-
 def _run_cell(
     spec: RunSpec,
     task: Task,
@@ -363,25 +357,16 @@ def _log_config(run: _CellRun) -> None:
     run.log.json_artifact({**spec.to_dict(), "run_key": spec.run_key()}, layout.CONFIG_ARTIFACT)
 
 
-def _load_policy(run: _CellRun) -> _Policy:
-    """Prepare the model (:func:`~mrbench.engine.models.catalog.prepare_model`), seed, and load it in float32
-    whatever the precision: the master weights (:func:`mrbench.engine.models.catalog.mixed_precision`)."""
-    from transformers import set_seed
-
-    from mrbench.engine.models.catalog import prepare_model
-
-    use_threads_for(run.spec.model)  # before the model is built or loaded (mrbench.engine.processes.threads)
-    keep_freed_blocks()  # on the CPU: big blocks reused, not mapped anew (mrbench.engine.processes.allocator)
-    t0 = time.perf_counter()
-    path = prepare_model(run.spec.model)
-    run.prepare_s = time.perf_counter() - t0
-    set_seed(run.spec.seed)
-    model, tokenizer = load_policy(path, dtype="float32")
-    run.log.params({layout.PARAM_N_PARAMS: str(sum(p.numel() for p in model.parameters()))})
-    return _Policy(path, model, tokenizer)
+def _load_policy(run: _CellRun) -> LoadedPolicy:
+    """The cell's policy, prepared, seeded and loaded in float32 whatever the precision (the master
+    weights: :func:`~mrbench.engine.evaluation.policy.load_for_evaluation`); its size logged."""
+    policy = load_for_evaluation(run.spec.model, run.spec.seed)
+    run.prepare_s = policy.prepare_s
+    run.log.params({layout.PARAM_N_PARAMS: str(sum(p.numel() for p in policy.model.parameters()))})
+    return policy
 
 
-def _evaluate_before_training(run: _CellRun, policy: _Policy) -> EvalResult:
+def _evaluate_before_training(run: _CellRun, policy: LoadedPolicy) -> EvalResult:
     """The pre-training evaluation, logged as ``eval_before/<m>`` and ``eval/<m>`` at step 0 with its
     samples; a resumed run's is read back, not evaluated (or logged) again."""
     t0 = time.perf_counter()
@@ -398,29 +383,27 @@ def _evaluate_before_training(run: _CellRun, policy: _Policy) -> EvalResult:
     return before
 
 
-def _evaluate_before(run: _CellRun, policy: _Policy) -> EvalResult:
-    """The pre-training evaluation: read from :mod:`mrbench.engine.evaluation.eval_cache` when another cell of
-    the same (model, task settings, eval limit) computed it, else computed and stored there."""
-    from mrbench.engine.models.catalog import autocast, mixed_precision
-
-    spec, task = run.spec, run.task
-    mixed = mixed_precision(spec.train.precision)
+def _evaluate_before(run: _CellRun, policy: LoadedPolicy) -> EvalResult:
+    """The pre-training evaluation: read from :mod:`~mrbench.engine.evaluation.eval_cache` when another
+    cell of the same (model, task settings, eval limit, precision) computed it, else computed and
+    stored there (:func:`~mrbench.engine.evaluation.policy.cached_evaluation`)."""
+    spec, task, limit = run.spec, run.task, run.spec.train.eval_limit
+    precision = Precision.of(spec.train.precision)
     key = eval_cache.cache_key(
-        policy.path, spec.task, task.version, spec.task_params, spec.train.eval_limit, mixed_precision=mixed
+        policy.path, spec.task, task.version, spec.task_params, limit, mixed_precision=precision.mixed
     )
-    with eval_cache.computing(key):  # a cell of the same key evaluating now: wait, then read it
-        cached = eval_cache.read(key)
-        if cached is not None:
-            run.log.tags({layout.tag(layout.EVAL_BEFORE_FROM): cached.run_id})
-            return EvalResult(metrics=cached.metrics, samples=cached.samples)
-        limit = spec.train.eval_limit
-        with phases.evaluation("eval before", policy.model, task, limit), autocast(spec.train.precision):
-            before = evaluate_model(task, policy.model, policy.tokenizer, limit)
-        eval_cache.write(key, dict(before.metrics), before.samples, run.run_id)
+
+    def compute() -> EvalResult:
+        with phases.evaluation("eval before", policy.model, task, limit):
+            return evaluate_policy(task, policy.model, policy.tokenizer, limit, precision)
+
+    before, cached_from = cached_evaluation(key, compute, run.run_id)
+    if cached_from is not None:
+        run.log.tags({layout.tag(layout.EVAL_BEFORE_FROM): cached_from})
     return before
 
 
-def _train(run: _CellRun, policy: _Policy, progress: bool) -> Any:
+def _train(run: _CellRun, policy: LoadedPolicy, progress: bool) -> Any:
     """Train the policy with :class:`~mrbench.engine.training.trainer.MultiRewardGRPOTrainer` (from the
     cell's last training checkpoint when the run was reopened); returns the trainer."""
     import mrbench.methods as methods
@@ -465,7 +448,7 @@ def _train(run: _CellRun, policy: _Policy, progress: bool) -> Any:
     return trainer
 
 
-def _vllm_cap(spec: RunSpec, task: Task, policy: _Policy) -> int | None:
+def _vllm_cap(spec: RunSpec, task: Task, policy: LoadedPolicy) -> int | None:
     """vLLM's context with ``use_vllm``, else None
     (:func:`mrbench.engine.evaluation.generation.vllm_context_cap`)."""
     if not spec.train.use_vllm:
@@ -494,12 +477,10 @@ def _save_final_policy(run: _CellRun, trainer: Any) -> str:
 
 def _evaluate_after_training(run: _CellRun, trainer: Any, tokenizer: Any) -> EvalResult:
     """The evaluation of the trained policy (logged by :func:`_log_results`)."""
-    from mrbench.engine.models.catalog import autocast
-
-    limit = run.spec.train.eval_limit
+    limit, precision = run.spec.train.eval_limit, Precision.of(run.spec.train.precision)
     t0 = time.perf_counter()
-    with phases.evaluation("eval after", trainer.model, run.task, limit), autocast(run.spec.train.precision):
-        after = evaluate_model(run.task, trainer.model, tokenizer, limit)
+    with phases.evaluation("eval after", trainer.model, run.task, limit):
+        after = evaluate_policy(run.task, trainer.model, tokenizer, limit, precision)
     run.eval_s += time.perf_counter() - t0
     return after
 

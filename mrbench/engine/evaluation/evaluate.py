@@ -71,8 +71,11 @@ from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.core.provenance import git_sha
 from mrbench.engine.config import TrainSettings
-from mrbench.engine.processes.allocator import keep_freed_blocks
-from mrbench.engine.processes.threads import use_threads_for
+from mrbench.engine.evaluation.policy import (
+    evaluate_policy,
+    load_for_evaluation,
+)
+from mrbench.engine.models.catalog import Precision
 from mrbench.engine.runs import console
 from mrbench.engine.runs.run_guard import ends_run_on_error
 from mrbench.engine.runs.tracking import RunLog
@@ -173,51 +176,6 @@ class EvalReport:
 
 
 # --------------------------------------------------------------------------- the evaluation
-
-
-def evaluate_model(task: Task, model: Any, tokenizer: Any, limit: int) -> EvalResult:
-    """The task's own evaluation of ``model`` with greedy decoding (first ``limit`` eval samples, 0 = all)."""
-    from mrbench.engine.evaluation.generation import HFGenerator
-
-    samples = task.eval_samples()
-    if limit:
-        samples = samples[:limit]
-    return task.evaluate(HFGenerator(model, tokenizer), samples)
-
-
-def load_policy(path: str, *, dtype: str | None = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a loadable ``path`` (folder or hub id); the model on the GPU if any,
-    in ``dtype`` (see :func:`mrbench.engine.models.catalog.load_model`)."""
-    import torch
-
-    from mrbench.engine.models.catalog import load_model, load_tokenizer
-
-    tokenizer = load_tokenizer(path)
-    model = load_model(path, dtype=dtype)
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return model, tokenizer
-
-
-def with_pass_at_k(metrics: Mapping[str, float], records: list[dict[str, Any]], k: int) -> dict[str, float]:
-    """``metrics`` plus ``sampled_pass_at_<k>`` when the task did not report it and ``k`` > 1.
-
-    Computed from the records' tallies of sampled completions (``{"sampled": {"n", "passed"}}``,
-    code-generation's) with the unbiased estimator, averaged over the problems with at least ``k``
-    samples; a sample the sandbox could not score counts as failed here.
-
-    >>> with_pass_at_k({}, [{"sampled": {"n": 2, "passed": 1}}, {"sampled": {"n": 2, "passed": 0}}], 2)
-    {'sampled_pass_at_2': 0.5}
-    """
-    from mrbench.tasks.code_generation.evaluation import pass_at_k
-
-    name = f"sampled_pass_at_{k}"
-    out = dict(metrics)
-    tallies = [r["sampled"] for r in records if isinstance(r.get("sampled"), dict)]
-    if k > 1 and name not in out and tallies:
-        values = [pass_at_k(int(t["n"]), int(t["passed"]), k) for t in tallies if int(t["n"]) >= k]
-        out[name] = sum(values) / len(values) if values else math.nan
-    return out
 
 
 # --------------------------------------------------------------------------- settings and model
@@ -398,8 +356,9 @@ def run_eval(
     task = build_task(task_name, settings)
     try:
         check_eval_data(task, dataset)
-        precision = spec.precision or source.precision or DEFAULT_PRECISION
-        loaded = _load_evaluated_model(spec, source, settings)
+        precision = Precision.of(spec.precision or source.precision or DEFAULT_PRECISION)
+        seed = spec.seed if spec.seed is not None else settings.get(SEED_SETTING, 0)
+        loaded = load_for_evaluation(source.path, seed if isinstance(seed, int) else 0)
         run_id = _start_run(client, experiment, task_name, task, source, dataset)
         console.attach_command_log(client, run_id)  # `mrbench eval`'s log goes to its run at the end
         n_sampled = int(settings.get(SAMPLES_SETTING, 1))
@@ -408,19 +367,23 @@ def run_eval(
             task_params=settings,
             model=spec.model,
             model_path=loaded.path,
-            seed=loaded.seed,
+            seed=seed,
             dataset=dataset,
             limit=spec.limit,
             samples=n_sampled,
-            precision=precision,
+            precision=precision.setting,
         )
         with tempfile.TemporaryDirectory(prefix="mrbench-eval-") as spool:
             run_log = RunLog(client, run_id, Path(spool))
             with ends_run_on_error(client, run_id):
                 run_log.params(params)
-                result, metrics, eval_s = _evaluate(task, loaded, spec.limit, n_sampled, precision)
+                t0 = time.perf_counter()
+                result = evaluate_policy(
+                    task, loaded.model, loaded.tokenizer, spec.limit, precision, n_sampled=n_sampled
+                )
+                metrics, eval_s = result.metrics, time.perf_counter() - t0
                 wall_s = time.perf_counter() - started
-                _log_and_finish(run_log, result, metrics, wall_s, eval_s, loaded.prepare_s)
+                _log_and_finish(run_log, result, metrics, wall_s, eval_s, loaded.prepare_s + loaded.load_s)
     finally:
         task.close()
     return EvalReport(
@@ -434,18 +397,6 @@ def run_eval(
         primary_metric=task.primary_metric,
         eval_of=source.eval_of,
     )
-
-
-@dataclass(frozen=True)
-class _LoadedModel:
-    """The model :func:`run_eval` evaluates: its prepared ``path``, ``model`` and ``tokenizer``, the
-    ``seed`` set before loading it, and the seconds preparing and loading took."""
-
-    path: str
-    model: Any
-    tokenizer: Any
-    seed: Any
-    prepare_s: float
 
 
 def _check_before_any_run(
@@ -463,38 +414,6 @@ def _check_before_any_run(
     check_tracking_reachable(tracking_uri)
     client = RetryingClient(tracking_uri, tracking_retry_s)
     return client, resolve_model(spec.model, client)
-
-
-def _load_evaluated_model(spec: EvalSpec, source: ModelSource, settings: Mapping[str, Any]) -> _LoadedModel:
-    """Prepare ``source`` (:func:`~mrbench.engine.models.catalog.prepare_model`), seed every generator with
-    ``spec.seed`` (else the task's ``seed`` setting, else 0) and load the model in float32, as a
-    cell loads its policy (the master weights whatever the precision)."""
-    from transformers import set_seed
-
-    from mrbench.engine.models.catalog import prepare_model
-
-    use_threads_for(source.path)  # before the model is built or loaded (mrbench.engine.processes.threads)
-    keep_freed_blocks()  # on the CPU: big blocks reused, not mapped anew (mrbench.engine.processes.allocator)
-    t0 = time.perf_counter()
-    path = prepare_model(source.path)
-    seed = spec.seed if spec.seed is not None else settings.get(SEED_SETTING, 0)
-    set_seed(seed if isinstance(seed, int) else 0)
-    model, tokenizer = load_policy(path, dtype="float32")
-    return _LoadedModel(path, model, tokenizer, seed, time.perf_counter() - t0)
-
-
-def _evaluate(
-    task: Task, loaded: _LoadedModel, limit: int, n_sampled: int, precision: str
-) -> tuple[EvalResult, dict[str, float], float]:
-    """:func:`evaluate_model` of the loaded model under the autocast of ``precision`` (as a cell
-    evaluates), its metrics with pass@``n_sampled`` (:func:`with_pass_at_k`), and the seconds it took."""
-    from mrbench.engine.models.catalog import autocast
-
-    t0 = time.perf_counter()
-    with autocast(precision):
-        result = evaluate_model(task, loaded.model, loaded.tokenizer, limit)
-    eval_s = time.perf_counter() - t0
-    return result, with_pass_at_k(result.metrics, result.samples, n_sampled), eval_s
 
 
 def _log_and_finish(

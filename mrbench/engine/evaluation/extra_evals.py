@@ -55,11 +55,10 @@ from mrbench.engine.evaluation.evaluate import (
     EvalSpec,
     check_eval_data,
     check_model_folder,
-    evaluate_model,
-    load_policy,
     task_settings,
-    with_pass_at_k,
 )
+from mrbench.engine.evaluation.policy import cached_evaluation, evaluate_policy, load_policy
+from mrbench.engine.models.catalog import Precision
 from mrbench.engine.processes.allocator import keep_freed_blocks
 from mrbench.engine.processes.threads import use_threads_for
 from mrbench.engine.runs.tracking import RunLog
@@ -192,50 +191,49 @@ class _Evaluator:
         return self.tasks[(task_name, dataset, model)]
 
     def evaluate(self, model: Any, tokenizer: Any, spec: Any, dataset: str) -> EvalResult:
-        """``model`` (a policy of cell ``spec``) on ``dataset`` of the cell's task, at its eval limit."""
+        """``model`` (a policy of cell ``spec``) on ``dataset`` of the cell's task, at its eval limit,
+        under the cell's precision (as the cell's own evaluations)."""
         task, _, n_sampled = self.task(spec.task, dataset, spec.model)
-        from mrbench.engine.models.catalog import autocast
-
-        with autocast(spec.train.precision):  # as the cell's own evaluations
-            result = evaluate_model(task, model, tokenizer, spec.train.eval_limit)
-        return EvalResult(with_pass_at_k(result.metrics, result.samples, n_sampled), result.samples)
+        precision = Precision.of(spec.train.precision)
+        return evaluate_policy(task, model, tokenizer, spec.train.eval_limit, precision, n_sampled=n_sampled)
 
     def evaluate_before(self, spec: Any, datasets: list[str], run_id: str) -> dict[str, EvalResult]:
-        """The base model's results on ``datasets`` (``spec``'s model, task and eval limit)."""
-        from mrbench.engine.models.catalog import mixed_precision, prepare_model
+        """The base model's results on ``datasets`` (``spec``'s model, task and eval limit): each
+        read from the evaluation cache, or computed under its lock (the base model loaded once, on
+        the first dataset the cache lacks) and stored there as computed by run ``run_id``."""
+        from mrbench.engine.models.catalog import prepare_model
 
         use_threads_for(spec.model)
         keep_freed_blocks()  # on the CPU: big blocks reused, not mapped anew (engine.processes.allocator)
         path = prepare_model(spec.model)
-        limit = spec.train.eval_limit
-        out, todo = {}, []
+        limit, mixed = spec.train.eval_limit, Precision.of(spec.train.precision).mixed
+        loaded: list[tuple[Any, Any]] = []  # the base model, once a dataset needs it
+
+        def base_model() -> tuple[Any, Any]:
+            if not loaded:
+                loaded.append(load_policy(path, dtype="float32"))  # as the cell evaluated it
+            return loaded[0]
+
+        out = {}
         for dataset in datasets:
             task, settings, _ = self.task(spec.task, dataset, spec.model)
-            mixed = mixed_precision(spec.train.precision)
-            key = eval_cache.cache_key(path, spec.task, task.version, settings, limit, mixed_precision=mixed)
             memo = json.dumps([spec.model, spec.task, dataset, limit, settings], sort_keys=True, default=str)
-            cached = self.before.get(memo) or _from_cache(key)
-            if cached is None:
-                todo.append((dataset, key, memo))
-            else:
-                out[dataset] = self.before[memo] = cached
-        if todo:
-            model, tokenizer = load_policy(path, dtype="float32")  # as the cell evaluated it
-            for dataset, key, memo in todo:
-                result = self.evaluate(model, tokenizer, spec, dataset)
-                eval_cache.write(key, dict(result.metrics), result.samples, run_id)
-                out[dataset] = self.before[memo] = result
-            del model
+            if memo not in self.before:
+                key = eval_cache.cache_key(
+                    path, spec.task, task.version, settings, limit, mixed_precision=mixed
+                )
+
+                def compute(d: str = dataset) -> EvalResult:
+                    return self.evaluate(*base_model(), spec, d)
+
+                self.before[memo], _ = cached_evaluation(key, compute, run_id)
+            out[dataset] = self.before[memo]
+        loaded.clear()
         return out
 
     def close(self) -> None:
         for task, _, _ in self.tasks.values():
             task.close()
-
-
-def _from_cache(key: str | None) -> EvalResult | None:
-    cached = eval_cache.read(key)
-    return None if cached is None else EvalResult(cached.metrics, cached.samples)
 
 
 def run_extra_evals(

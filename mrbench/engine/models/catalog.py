@@ -13,6 +13,8 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +26,50 @@ from mrbench.engine.models.tiny import TINY_PRESETS, TINY_TASK_SETTINGS, prepare
 from mrbench.store.local import results_dir
 
 
+@dataclass(frozen=True)
+class PresetKind:
+    """One kind of model preset, behind the one interface the rest of mrbench uses
+    (:func:`prepare_model`, :func:`model_task_settings`, :func:`is_tiny`): the preset names it
+    lists, whether it ``owns`` a name, how it ``prepare``-s one into a folder under the models
+    folder (built or converted once, cached), and the task settings its models were built for."""
+
+    kind: str
+    listed: tuple[str, ...]
+    owns: Callable[[str], bool]
+    prepare: Callable[[str, Path], str]
+    task_settings: Mapping[str, Any]
+
+
+KINDS: tuple[PresetKind, ...] = (
+    PresetKind("tiny", tuple(TINY_PRESETS), TINY_PRESETS.__contains__, prepare_tiny, TINY_TASK_SETTINGS),
+    PresetKind(
+        "pretrained", tuple(PRETRAINED_PRESETS), PRETRAINED_PRESETS.__contains__, prepare_pretrained, {}
+    ),
+    # Stand-ins are named ``standin:<model>`` for any model of a known family: none is listed.
+    PresetKind("standin", (), is_standin, prepare_standin, {}),
+)
+"""Every kind of preset, in the order :func:`preset_names` lists them; a new kind is one entry."""
+
+
+def preset_kind(name: str) -> PresetKind | None:
+    """The kind of preset ``name`` is, or None (a folder, a hub id)."""
+    return next((kind for kind in KINDS if kind.owns(name)), None)
+
+
 def preset_names() -> list[str]:
-    """Every model preset: the tiny ones built here, then the pretrained ones shipped in wheels."""
-    return [*TINY_PRESETS, *PRETRAINED_PRESETS]
+    """Every listed model preset: the tiny ones built here, then the pretrained ones shipped in wheels."""
+    return [name for kind in KINDS for name in kind.listed]
 
 
 def is_preset(name: str) -> bool:
-    """Whether ``name`` is a model preset (a preset's name wins over a folder of that name)."""
+    """Whether ``name`` is a listed model preset (a preset's name wins over a folder of that name)."""
     return name in preset_names()
+
+
+def is_tiny(model: str) -> bool:
+    """A tiny preset, or a folder whose ``mrbench_model.json`` says it was built for the tiny
+    models' task settings (a tiny preset's cache folder, a checkpoint trained from one)."""
+    return model_task_settings(model) == dict(TINY_TASK_SETTINGS)
 
 
 def validate_model_name(name: str) -> None:
@@ -59,10 +97,9 @@ def model_task_settings(model: str) -> dict[str, Any]:
     ``mrbench_model.json`` (a tiny model's cache folder and every checkpoint trained from one carry
     it). Anything else (a pretrained preset, a hub id): none, the tasks' defaults.
     """
-    if model in TINY_PRESETS:
-        return dict(TINY_TASK_SETTINGS)
-    if is_preset(model):
-        return {}
+    kind = preset_kind(model)
+    if kind is not None and model in kind.listed:
+        return dict(kind.task_settings)
     marker = Path(model) / MODEL_MARKER
     try:
         return dict(json.loads(marker.read_text()).get("task_settings", {}))
@@ -126,13 +163,8 @@ def prepare_model(name: str) -> str:
     """A path or hub id that ``from_pretrained`` can load; builds (tiny) or converts (pretrained) a
     preset on first use and caches it under ``results/models/``."""
     validate_model_name(name)
-    if name in PRETRAINED_PRESETS:
-        return prepare_pretrained(name, models_dir(results_dir()))
-    if name in TINY_PRESETS:
-        return prepare_tiny(name, models_dir(results_dir()))
-    if is_standin(name):
-        return prepare_standin(name, models_dir(results_dir()))
-    return name
+    kind = preset_kind(name)
+    return name if kind is None else kind.prepare(name, models_dir(results_dir()))
 
 
 def load_tokenizer(path: str) -> Any:
@@ -183,13 +215,35 @@ def mixed_precision(precision: str) -> bool:
 def autocast(precision: str) -> Any:
     """The autocast context of a cell's forward passes (evaluation included): bfloat16 on the
     process's device under :func:`mixed_precision`, else a no-op."""
-    import contextlib
+    return Precision.of(precision).autocast()
 
-    import torch
 
-    if not mixed_precision(precision):
-        return contextlib.nullcontext()
-    return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=torch.bfloat16)
+@dataclass(frozen=True)
+class Precision:
+    """The ``precision`` train setting, resolved once: the ``setting`` as given and whether it
+    means bfloat16 ``mixed`` precision in this process (:func:`mixed_precision`).
+
+    >>> Precision.of("fp32")
+    Precision(setting='fp32', mixed=False)
+    """
+
+    setting: str
+    mixed: bool
+
+    @classmethod
+    def of(cls, setting: str) -> Precision:
+        """:class:`UserError` for an unknown setting, naming the choices."""
+        return cls(setting, mixed_precision(setting))
+
+    def autocast(self) -> Any:
+        """The autocast of a forward pass (evaluation included): see :func:`autocast`."""
+        import contextlib
+
+        import torch
+
+        if not self.mixed:
+            return contextlib.nullcontext()
+        return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=torch.bfloat16)
 
 
 def load_model(path: str, *, dtype: str | None = None) -> Any:

@@ -18,10 +18,8 @@ yet), which costs a few microseconds per operation and never steals a core from 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from pathlib import Path
 
 from mrbench.core import env
 
@@ -40,19 +38,11 @@ def available_cores() -> int:
 
 
 def is_tiny(model: str) -> bool:
-    """A tiny preset, or a folder whose ``mrbench_model.json`` says it was built for the tiny
-    models' task settings (a tiny preset's cache folder, a checkpoint trained from one)."""
-    # Imported here: a sweep worker decides its threads before it imports torch (engine.tiny does).
-    from mrbench.engine.models.pretrained import MODEL_MARKER
-    from mrbench.engine.models.tiny import TINY_PRESETS, TINY_TASK_SETTINGS
+    """:func:`mrbench.engine.models.catalog.is_tiny` (one small model on one thread)."""
+    # Imported here: a sweep worker decides its threads before it imports torch (engine.models does).
+    from mrbench.engine.models.catalog import is_tiny as built_for_tiny
 
-    if model in TINY_PRESETS:
-        return True
-    try:
-        marker = json.loads((Path(model) / MODEL_MARKER).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(marker, dict) and marker.get("task_settings") == TINY_TASK_SETTINGS
+    return built_for_tiny(model)
 
 
 def threads_for(model: str, workers: int = 1, *, share: int | None = None) -> int:
