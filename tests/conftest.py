@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mrbench.engine.models.pretrained import MODEL_MARKER
+from mrbench.core.results_layout import MODEL_MARKER
 from mrbench.engine.models.tiny import TINY_TASK_SETTINGS, TinyPreset, build_tiny_model
 
 # Tests keep their network traffic on loopback. A local Ray (2.60) otherwise binds the machine's

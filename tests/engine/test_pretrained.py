@@ -18,9 +18,10 @@ import pytest
 from wheels import wheel_missing
 
 from mrbench.core.errors import UserError
+from mrbench.core.results_layout import MODEL_MARKER
 from mrbench.engine.models import pretrained
 from mrbench.engine.models.catalog import model_task_settings, prepare_model, validate_model_name
-from mrbench.engine.models.pretrained import MODEL_MARKER, PRETRAINED_PRESETS, prepare_pretrained
+from mrbench.engine.models.pretrained import PRETRAINED_PRESETS, prepare_pretrained
 
 NAME = "smollm2-135m"
 HAVE_WHEEL = importlib.util.find_spec("gguf") is not None and any(

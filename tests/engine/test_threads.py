@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from mrbench.core.errors import UserError
-from mrbench.engine.models.pretrained import MODEL_MARKER
+from mrbench.core.results_layout import MODEL_MARKER
 from mrbench.engine.models.tiny import TINY_TASK_SETTINGS
 from mrbench.engine.processes import threads
 

@@ -36,8 +36,9 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
+from mrbench.core.model_marker import ModelMarker
 from mrbench.core.ranks import is_main_process
-from mrbench.core.results_layout import MODEL_MARKER, STEP_PREFIX, CellPaths
+from mrbench.core.results_layout import STEP_PREFIX, CellPaths
 from mrbench.store.faults import require_room
 from mrbench.store.local import results_dir
 from mrbench.store.uri import store_uri
@@ -179,7 +180,7 @@ def save_policy(trainer: Any, folder: Path, *, task_settings: Mapping[str, Any] 
     require_room(folder, _with_margin(weights), largest_file=weights, what="the trained policy")
     trainer.save_model(str(partial))
     if task_settings:
-        (partial / MODEL_MARKER).write_text(json.dumps({"task_settings": dict(task_settings)}, indent=2))
+        ModelMarker(dict(task_settings)).write(partial)
     old = folder.with_name(folder.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import difflib
 import functools
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.core.results_layout import MODEL_MARKER, models_dir
+from mrbench.core.model_marker import ModelMarker
+from mrbench.core.results_layout import models_dir
 from mrbench.engine.models.pretrained import PRETRAINED_PRESETS, prepare_pretrained
 from mrbench.engine.models.standin import family_of, is_standin, prepare_standin
 from mrbench.engine.models.tiny import TINY_PRESETS, TINY_TASK_SETTINGS, prepare_tiny
@@ -100,11 +100,8 @@ def model_task_settings(model: str) -> dict[str, Any]:
     kind = preset_kind(model)
     if kind is not None and model in kind.listed:
         return dict(kind.task_settings)
-    marker = Path(model) / MODEL_MARKER
-    try:
-        return dict(json.loads(marker.read_text()).get("task_settings", {}))
-    except (OSError, ValueError, AttributeError):
-        return {}
+    marker = ModelMarker.read(model)
+    return {} if marker is None else dict(marker.task_settings)
 
 
 def task_settings_for(model: str, task_settings: dict[str, Any], accepted: list[str]) -> dict[str, Any]:

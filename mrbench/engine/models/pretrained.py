@@ -34,8 +34,8 @@ from typing import Any
 
 from mrbench.core import env
 from mrbench.core.errors import UserError
+from mrbench.core.model_marker import ModelMarker
 from mrbench.core.pretrained import PRETRAINED_PRESETS
-from mrbench.core.results_layout import MODEL_MARKER
 from mrbench.engine.runs import phases
 
 log = logging.getLogger(__name__)
@@ -101,11 +101,11 @@ def prepare_pretrained(name: str, root: Path) -> str:
     digest = file_digest(source)
     key = cache_key(name, digest)
     final = root / f"{name}-{key}"
-    if (final / MODEL_MARKER).exists():
+    if ModelMarker.present(final):
         return str(final)
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / f".{name}-{key}.lock")):
-        if (final / MODEL_MARKER).exists():  # another process converted it while this one waited
+        if ModelMarker.present(final):  # another process converted it while this one waited
             return str(final)
         check_free_space(root, PRETRAINED_PRESETS[name].float32_mb)
         tmp = root / f".building-{name}-{key}"
@@ -124,7 +124,7 @@ def prepare_pretrained(name: str, root: Path) -> str:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         meta.update(preset=name, key=key, source=str(source), gguf_sha256=digest)
-        (tmp / MODEL_MARKER).write_text(json.dumps(meta, indent=2))
+        ModelMarker(meta.pop("task_settings", {}), meta).write(tmp)
         shutil.rmtree(final, ignore_errors=True)  # an incomplete folder of an older layout
         tmp.rename(final)
     return str(final)

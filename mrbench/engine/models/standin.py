@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.core.results_layout import MODEL_MARKER
+from mrbench.core.model_marker import ModelMarker
 from mrbench.core.standin import PREFIX, is_standin, stood_for
 
 __all__ = ["FAMILIES", "family_of", "is_standin", "prepare_standin", "standin_name", "stood_for"]
@@ -215,13 +215,13 @@ def prepare_standin(name: str, root: Path) -> str:
     final = root / f"standin-{shape.family}-{cache_key(shape)}"
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / f".{final.name}.lock")):
-        if (final / MODEL_MARKER).exists():
+        if ModelMarker.present(final):
             return str(final)
         tmp = root / f".building-{final.name}"
         shutil.rmtree(tmp, ignore_errors=True)
         demos, _used = collect_demonstrations(shape.demos_per_task, seed=0)
         meta = build_standin(shape, tmp, demos, task_prompts(shape.prompts_per_task))
-        (tmp / MODEL_MARKER).write_text(json.dumps(meta, indent=2))
+        ModelMarker(meta.pop("task_settings", {}), meta).write(tmp)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
     return str(final)

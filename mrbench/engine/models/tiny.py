@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
-from mrbench.core.results_layout import MODEL_MARKER
+from mrbench.core.model_marker import ModelMarker
 from mrbench.engine.runs import phases
 
 log = logging.getLogger(__name__)
@@ -484,15 +484,15 @@ def prepare_tiny(name: str, root: Path) -> str:
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{name}-{key}"
     with FileLock(str(root / f".{name}-{key}.lock")):
-        if (final / MODEL_MARKER).exists():
+        if ModelMarker.present(final):
             return str(final)
         tmp = root / f".building-{name}-{key}"
         shutil.rmtree(tmp, ignore_errors=True)
         log.info("building tiny model %s (%s) from %d demonstrations of %s", name, key, len(demos), used)
         # The build seed is fixed: the model is shared by every cell (seeds vary the RL run, not the start).
         meta = build_tiny_model(preset, tmp, demos, seed=0)
-        meta.update(preset=name, key=key, tasks=used, task_settings=TINY_TASK_SETTINGS)
-        (tmp / MODEL_MARKER).write_text(json.dumps(meta, indent=2))
+        meta.update(preset=name, key=key, tasks=used)
+        ModelMarker(TINY_TASK_SETTINGS, meta).write(tmp)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
     return str(final)
