@@ -399,3 +399,45 @@ def test_the_check_of_environment_variable_names_finds_a_spelled_one() -> None:
         '    return os.environ.get("MRBENCH_THREADS"), f"{name}=MRBENCH_{X}"\n'
     )
     assert sorted(_env_spelled(tree)) == [(5, "=MRBENCH_"), (5, "MRBENCH_THREADS")]
+
+
+# --- tracking clients are made in the store ---------------------------------------------------
+
+STORE = ROOT / "store"
+
+
+def _client_calls(tree: ast.AST) -> list[int]:
+    """The lines of ``MlflowClient(...)`` calls (``MlflowClient(...)`` or ``x.MlflowClient(...)``)."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id == "MlflowClient")
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == "MlflowClient")
+        )
+    )
+
+
+def test_no_mlflow_client_is_made_outside_the_store() -> None:
+    # Every command talks to a store through mrbench.store.client.tracking_client (a RetryingClient,
+    # which rides out an outage); a plain MlflowClient made elsewhere would not.
+    made = sorted(
+        f"{path.relative_to(ROOT.parent)}:{line}"
+        for path in ROOT.rglob("*.py")
+        if STORE not in path.parents
+        for line in _client_calls(ast.parse(path.read_text(encoding="utf-8")))
+    )
+    assert not made, "MlflowClient( outside mrbench/store/ (use store.client.tracking_client):\n" + "\n".join(
+        made
+    )
+
+
+def test_the_check_of_mlflow_clients_finds_a_call() -> None:
+    code = (
+        "from mlflow.tracking import MlflowClient\n"
+        "import mlflow\n"
+        'def f(uri: str) -> MlflowClient:\n    """MlflowClient(uri) in a docstring is fine."""\n'
+        "    a = MlflowClient(uri)\n    return mlflow.tracking.MlflowClient(tracking_uri=uri)\n"
+    )
+    assert _client_calls(ast.parse(code)) == [5, 6]

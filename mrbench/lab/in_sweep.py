@@ -183,9 +183,9 @@ def run_jobs(
 ) -> list[LabDone]:
     """Simulate and log every job that the store lacks for ``sweep``; ``say`` reports each. Once
     ``stop`` is set, no further job starts (the sweep was interrupted)."""
-    from mlflow.tracking import MlflowClient
+    from mrbench.store.client import tracking_client
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = tracking_client(tracking_uri)
     done = []
     for job in jobs:
         if stop is not None and stop.is_set():

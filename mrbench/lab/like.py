@@ -66,10 +66,11 @@ def _check_store(tracking_uri: str, source: str) -> None:
 
 def _read_run(run_id: str, tracking_uri: str) -> LikeSource:
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
+
+    from mrbench.store.client import tracking_client
 
     _check_store(tracking_uri, f"run:{run_id}")
-    client = MlflowClient(tracking_uri)
+    client = tracking_client(tracking_uri)
     try:
         run = client.get_run(run_id)
     except MlflowException:
@@ -98,8 +99,7 @@ def _run_record(client: object, run_id: str, what: str) -> RewardsRecord | None:
 
 
 def _read_sweep(name: str, tracking_uri: str) -> list[LikeSource]:
-    from mlflow.tracking import MlflowClient
-
+    from mrbench.store.client import tracking_client
     from mrbench.store.reader import open_reader
 
     _check_store(tracking_uri, f"sweep:{name}")
@@ -118,7 +118,7 @@ def _read_sweep(name: str, tracking_uri: str) -> list[LikeSource]:
             latest[key] = run
     if not latest:
         raise UserError(f"--like sweep:{name}: the sweep has no finished cell in {tracking_uri}")
-    client = MlflowClient(tracking_uri)
+    client = tracking_client(tracking_uri)
     by_task: dict[str, list[RewardsRecord]] = {}
     without: dict[str, int] = {}
     for run in latest.values():

@@ -158,15 +158,14 @@ def open_lab_run(
     """Everything :func:`log_lab` writes but the report folder; the parent run is left RUNNING for
     :func:`close_lab_run` (the report may still be being drawn), the children end FINISHED."""
     from mlflow.entities import Param
-    from mlflow.tracking import MlflowClient
 
     from mrbench.core.provenance import git_sha
-    from mrbench.store.client import ensure_experiment
+    from mrbench.store.client import ensure_experiment, tracking_client
 
     scenario = result.scenario
     experiment = layout.lab_experiment(scenario.name)
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiment_id = ensure_experiment(experiment, tracking_uri)
+    client = tracking_client(tracking_uri)
+    experiment_id = ensure_experiment(experiment, tracking_uri, client=client)
     parent_tags = {
         layout.tag(layout.ROLE): layout.ROLE_LAB,
         layout.tag(layout.SCENARIO): scenario.name,
@@ -214,9 +213,9 @@ def open_lab_run(
 
 def close_lab_run(logged: Logged, report_dir: Path | None) -> None:
     """Log the report folder ``report_dir`` (if any) under the parent run and end it FINISHED."""
-    from mlflow.tracking import MlflowClient
+    from mrbench.store.client import tracking_client
 
-    client = MlflowClient(tracking_uri=logged.tracking_uri)
+    client = tracking_client(logged.tracking_uri)
     if report_dir is not None:
         client.log_artifacts(logged.parent_run_id, str(report_dir), artifact_path=layout.REPORT_DIR)
     client.set_terminated(logged.parent_run_id, "FINISHED")
@@ -224,6 +223,6 @@ def close_lab_run(logged: Logged, report_dir: Path | None) -> None:
 
 def end_lab_run(logged: Logged, status: str) -> None:
     """End the parent run with ``status`` (KILLED: the command stopped before its report was logged)."""
-    from mlflow.tracking import MlflowClient
+    from mrbench.store.client import tracking_client
 
-    MlflowClient(tracking_uri=logged.tracking_uri).set_terminated(logged.parent_run_id, status)
+    tracking_client(logged.tracking_uri).set_terminated(logged.parent_run_id, status)

@@ -175,8 +175,8 @@ def _log_to_run(tracking_uri: str, run_id: str, artifact_uri: str, files: list[P
         for file in files:
             repo.log_artifact(str(file), layout.REPORT_DIR)
         return
-    from mlflow.tracking import MlflowClient
+    from mrbench.store.client import tracking_client
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = tracking_client(tracking_uri)
     for file in files:
         client.log_artifact(run_id, str(file), artifact_path=layout.REPORT_DIR)

@@ -343,6 +343,19 @@ class RetryingClient:
             raise exc
 
 
+def tracking_client(tracking_uri: str, retry_s: float | None = None) -> RetryingClient:
+    """The client every command talks to store ``tracking_uri`` through: a :class:`RetryingClient`
+    riding out an outage of ``retry_s`` seconds (default :func:`tracking_retry_s`).
+
+    Always a retrying one, also where waiting makes no sense (a progress line, a dry run's peek):
+    ``retry_s=0`` tries once, with a short request timeout, and raises :class:`TrackingUnavailable`
+    at once, where a plain ``MlflowClient`` would wait out MLflow's own retries and 120 s timeouts.
+    A disk or database fault is a one-line :class:`StoreFault` either way. (Outside
+    :mod:`mrbench.store` no module builds an ``MlflowClient``: ``tests/test_layers.py`` checks it.)
+    """
+    return RetryingClient(tracking_uri, retry_s)
+
+
 def _request_timeout(left_s: float) -> int:
     """Seconds one request may wait for its answer when ``left_s`` of the retry bound are left:
     that, within [2 s, :data:`REQUEST_TIMEOUT_S` or ``$MLFLOW_HTTP_REQUEST_TIMEOUT``]."""

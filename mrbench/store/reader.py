@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from mrbench.store.faults import fault_cause, store_fault_message
+from mrbench.store.runs import iter_runs
 from mrbench.store.uri import local_path, run_artifacts_folder, sqlite_path
 
 History = tuple[np.ndarray, np.ndarray]
@@ -194,25 +195,19 @@ class ClientReader(_Reader):
         return None if exp is None or exp.lifecycle_stage != "active" else exp.experiment_id
 
     def runs(self, experiment_id: str) -> list[RunRecord]:
-        out, token = [], None
-        while True:
-            page = self.client.search_runs([experiment_id], max_results=1000, page_token=token)
-            for run in page:
-                out.append(
-                    RunRecord(
-                        run.info.run_id,
-                        run.info.status,
-                        run.info.start_time or 0,
-                        run.info.end_time,
-                        self._artifact_uri(run.info.run_id, run.info.artifact_uri or ""),
-                        dict(run.data.tags),
-                        dict(run.data.params),
-                        {k: float(v) for k, v in run.data.metrics.items()},
-                    )
-                )
-            token = page.token
-            if not token:
-                return out
+        return [
+            RunRecord(
+                run.info.run_id,
+                run.info.status,
+                run.info.start_time or 0,
+                run.info.end_time,
+                self._artifact_uri(run.info.run_id, run.info.artifact_uri or ""),
+                dict(run.data.tags),
+                dict(run.data.params),
+                {k: float(v) for k, v in run.data.metrics.items()},
+            )
+            for run in iter_runs(self.client, experiment_id)
+        ]
 
     def histories(self, run_ids: list[str], keys: set[str]) -> dict[str, dict[str, History]]:
         pairs = [(rid, key) for rid in run_ids for key in sorted(keys)]

@@ -7,5 +7,5 @@
 
 Invocations of one sweep running at the same time share its cells: each cell is claimed in the
 store just before it runs (:mod:`~mrbench.sweeps.claims`), and a claim lapses with its invocation
-(:mod:`~mrbench.sweeps.liveness`).
+(:mod:`mrbench.store.claims`, where who owns a run is decided).
 """

@@ -39,6 +39,7 @@ from mrbench.engine.config import CellOptions, RunSpec
 from mrbench.engine.processes.allocator import malloc_setting
 from mrbench.engine.runs.console import verbose
 from mrbench.engine.training.cpu_logprob import fold_setting
+from mrbench.store.claims import Heartbeat
 from mrbench.sweeps.cell import (
     DEFAULT_CELL_FN,
     SKIPPED,
@@ -54,7 +55,6 @@ from mrbench.sweeps.cell_process import check_processes_per_cell
 from mrbench.sweeps.claims import CellClaims
 from mrbench.sweeps.executors.local import run_processes, run_sequential, slug
 from mrbench.sweeps.grid import Grid, expand_grid, print_grid
-from mrbench.sweeps.liveness import Heartbeat
 from mrbench.sweeps.parent import finish_parent_run, kill_running_children, start_parent_run
 from mrbench.sweeps.progress import SweepProgress
 from mrbench.sweeps.resume import peek_states, resume_states

@@ -1,7 +1,7 @@
 """The sweep's parent run: one per invocation, over the child runs of the cells it executes.
 
 Tags (names in :mod:`mrbench.core.layout`): role=sweep, the sweep name, the exact command line,
-the git sha, host, pid and heartbeat (to tell whether it is alive, :mod:`mrbench.sweeps.liveness`),
+the git sha, host, pid and heartbeat (to tell whether it is alive, :mod:`mrbench.store.claims`),
 the preset, the unavailable tasks, ``version.<package>`` of every package that decides what a cell
 computes, and one ``claim.<run key>`` per cell it runs (:mod:`mrbench.sweeps.claims`).
 Params: the sweep config, flattened. Artifact: the sweep file (config, command, versions, the
@@ -10,15 +10,13 @@ grid's cells, unavailable tasks).
 
 from __future__ import annotations
 
-import os
-import socket
-import time
 from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.records import SweepRecord
+from mrbench.store.claims import holder_tags
+from mrbench.store.runs import end_runs, running_runs
 from mrbench.sweeps.cell import Cell
-from mrbench.sweeps.resume import search_all
 from mrbench.sweeps.spec import SweepSpec
 
 VERSION_PACKAGES = (
@@ -89,15 +87,12 @@ def start_parent_run(
         layout.SWEEP: spec.name,
         layout.COMMAND: command,
         layout.GIT_SHA: git_sha(),
-        layout.HOST: socket.gethostname(),
-        layout.PID: str(os.getpid()),
-        layout.HEARTBEAT: f"{time.time():.0f}",
         layout.PRESET: spec.preset or "",
         layout.UNAVAILABLE_TASKS: layout.join_list(list(unavailable)),
         layout.SCHEMA: str(layout.SCHEMA_VERSION),
         **{layout.VERSION + name: version for name, version in versions.items()},
     }
-    tags = {layout.tag(name): value for name, value in values.items()}
+    tags = {layout.tag(name): value for name, value in values.items()} | holder_tags()  # whose it is
     run_id = client.create_run(experiment_id, tags=tags, run_name=f"sweep {spec.name}").info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in _flat_params(spec).items()])
     record = SweepRecord(
@@ -118,16 +113,7 @@ def finish_parent_run(client: Any, run_id: str, status: str) -> None:
 
 
 def kill_running_children(client: Any, experiment_id: str, parent_run_id: str) -> int:
-    """Mark this invocation's still-RUNNING child runs KILLED (a worker that died without ending its run)."""
-    count = 0
-    for run in search_all(client, experiment_id, "attributes.status = 'RUNNING'"):
-        if run.data.tags.get(layout.PARENT_RUN_TAG) == parent_run_id:
-            client.set_terminated(run.info.run_id, "KILLED")
-            count += 1
-    return count
-
-
-def end_dead_invocation(client: Any, experiment_id: str, run_id: str) -> None:
-    """Mark a dead invocation's parent run and its still-RUNNING child runs KILLED (its claims lapse)."""
-    kill_running_children(client, experiment_id, run_id)
-    client.set_terminated(run_id, "KILLED")
+    """Mark this invocation's still-RUNNING child runs KILLED, as it ends (a worker that died without
+    ending its run, or one it stopped); return how many. Whether their processes live does not
+    matter: the invocation that owns them says they are over."""
+    return len(end_runs(client, running_runs(client, experiment_id, parent_run_id=parent_run_id), "KILLED"))

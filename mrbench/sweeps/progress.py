@@ -178,12 +178,11 @@ class SweepProgress:
         """``"<primary> before → after"`` of a finished cell's run, or "" when it cannot be read."""
         if not (self.tracking_uri and outcome.run_id):
             return ""
-        from mlflow.tracking import MlflowClient
-
         from mrbench.core import layout
+        from mrbench.store.client import tracking_client
 
-        try:
-            run = MlflowClient(tracking_uri=self.tracking_uri).get_run(outcome.run_id)
+        try:  # one try: a progress line does not wait for a store that does not answer
+            run = tracking_client(self.tracking_uri, retry_s=0).get_run(outcome.run_id)
         except Exception:
             return ""
         primary = layout.read_tag(run.data.tags, layout.PRIMARY_METRIC)

@@ -7,8 +7,9 @@ cells, like FAILED and KILLED ones, run again (a RUNNING run whose own process i
 is "held by" that process): a KILLED one with a training checkpoint goes on in
 the same run from that checkpoint (the cell function decides, :mod:`mrbench.engine.cell.resume`; the
 state printed here says "resume from step N"). The runs of another invocation of the same sweep
-that is still alive (:mod:`mrbench.sweeps.liveness`) are left alone: the two share the cells,
-each running those it claims first (:mod:`mrbench.sweeps.claims`).
+that is still alive are left alone: the two share the cells, each running those it claims first
+(:mod:`mrbench.sweeps.claims`). Which runs are whose, and which may be ended, is decided by
+:mod:`mrbench.store.claims`.
 """
 
 from __future__ import annotations
@@ -18,23 +19,14 @@ from typing import Any
 
 from mrbench.core import layout
 from mrbench.engine.cell.resume import resumable_step
-from mrbench.store.claims import describe
+from mrbench.store.claims import Invocation, end_if_dead, live_invocations, run_by_own_process
+from mrbench.store.client import tracking_client
+from mrbench.store.runs import search_all
 from mrbench.store.uri import missing_sqlite_store
 from mrbench.sweeps.cell import Cell
-from mrbench.sweeps.liveness import Invocation, is_alive, is_sweep_run
 
-
-def search_all(client: Any, experiment_id: str, filter_string: str = "") -> list[Any]:
-    """Every run of the experiment that matches ``filter_string`` (all result pages)."""
-    runs, token = [], None
-    while True:
-        page = client.search_runs(
-            [experiment_id], filter_string=filter_string, max_results=1000, page_token=token
-        )
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+PEEK_RETRY_S = 10.0
+"""How long a dry run's read of the store rides out an outage before it shows no resume states."""
 
 
 @dataclass
@@ -53,7 +45,7 @@ def resume_states(client: Any, experiment_id: str, cells: list[Cell], *, mark_st
     """Resume state per run key, the other live invocations of the sweep, and (with ``mark_stale``)
     how many RUNNING runs of dead invocations, whose own process is gone too, were marked KILLED."""
     runs = search_all(client, experiment_id)
-    live = {run.info.run_id: Invocation.from_run(run) for run in runs if is_sweep_run(run) and is_alive(run)}
+    live = live_invocations(runs)
     finished: set[str] = set()
     last: dict[str, str] = {}
     last_id: dict[str, str] = {}
@@ -61,21 +53,17 @@ def resume_states(client: Any, experiment_id: str, cells: list[Cell], *, mark_st
     stale = 0
     for run in sorted(runs, key=lambda r: r.info.start_time or 0):
         status = run.info.status
-        owner = run.info.run_id if is_sweep_run(run) else run.data.tags.get(layout.PARENT_RUN_TAG)
-        running_alone = status == "RUNNING" and owner not in live
-        # A run whose own process runs it (a `mrbench run` of the cell, or a live worker whose
-        # invocation died) is never ended under it: its cell is held by that process.
-        own_process = running_alone and is_alive(run)
-        if running_alone and not own_process and mark_stale:
-            # Left by an invocation that died (kill -9, power loss): no process will ever end it.
-            client.set_terminated(run.info.run_id, "KILLED")
+        # Left by an invocation that died (kill -9, power loss), its own process gone too: no
+        # process will ever end it. A run whose own process runs it (a `mrbench run` of the cell,
+        # or a live worker whose invocation died) is never ended under it: its cell is held.
+        if mark_stale and end_if_dead(client, run, live=live):
             stale += 1
             status = "KILLED"
         key = layout.read_tag(run.data.tags, layout.RUN_KEY)
         if not key:
             continue
-        if own_process:
-            running[key] = describe(run)
+        if (process := run_by_own_process(run, live)) is not None:
+            running[key] = process
         last[key], last_id[key] = status, run.info.run_id
         if status == "FINISHED":
             finished.add(key)
@@ -99,9 +87,7 @@ def peek_states(uri: str, name: str, cells: list[Cell]) -> dict[str, str] | None
     if missing_sqlite_store(uri):
         return None
     try:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=uri)
+        client = tracking_client(uri, retry_s=PEEK_RETRY_S)
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
             return None

@@ -1,8 +1,9 @@
 """Several invocations of one sweep: cells are claimed in the store, so each runs once between them.
 
-The claim protocol (:mod:`mrbench.sweeps.claims`) is raced by threads on a real sqlite store,
-then two real ``mrbench sweep`` processes (fake cells, :mod:`fake_sweep_cli`) are started together,
-several times over; a slow test does the same with real training cells.
+The claim protocol (:mod:`mrbench.store.claims`, which :mod:`mrbench.sweeps.claims` hands the
+cells) is raced by threads on a real sqlite store, then two real ``mrbench sweep`` processes (fake
+cells, :mod:`fake_sweep_cli`) are started together, several times over; a slow test does the same
+with real training cells.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ from sweep_testing import (
 )
 
 from mrbench.core import layout
+from mrbench.store.claims import STALE_AFTER_S, Heartbeat, is_alive
 from mrbench.store.client import ensure_experiment
 from mrbench.sweeps.cell import Cell
 from mrbench.sweeps.claims import CellClaims
 from mrbench.sweeps.grid import expand_grid
-from mrbench.sweeps.liveness import STALE_AFTER_S, Heartbeat, is_alive
 from mrbench.sweeps.orchestrator import run_sweep
 
 HEARTBEAT = layout.tag(layout.HEARTBEAT)

@@ -33,6 +33,7 @@ from typing import Annotated, Any, TextIO
 import typer
 
 from mrbench.core import layout, limits
+from mrbench.store.runs import iter_runs
 from mrbench.store.uri import missing_sqlite_store
 
 HOST = "127.0.0.1"  # loopback only: the UI has no authentication
@@ -121,19 +122,9 @@ def saved_view(name: str, state: dict[str, Any], now_ms: int) -> str:
 
 def primary_metrics(client: Any, experiment_id: str) -> list[str]:
     """The distinct primary metrics of the experiment's cells, sorted (one per task)."""
-    found: set[str] = set()
-    token = None
-    while True:
-        page = client.search_runs(
-            [experiment_id],
-            f"tags.`{layout.tag(layout.RUN_KEY)}` LIKE '%'",
-            max_results=1000,
-            page_token=token,
-        )
-        found.update(layout.read_tag(run.data.tags, layout.PRIMARY_METRIC) for run in page)
-        token = page.token
-        if not token:
-            return sorted(found - {""})
+    cells = iter_runs(client, experiment_id, f"tags.`{layout.tag(layout.RUN_KEY)}` LIKE '%'")
+    found = {layout.read_tag(run.data.tags, layout.PRIMARY_METRIC) for run in cells}
+    return sorted(found - {""})
 
 
 def prepare_comparison(client: Any, experiment_id: str) -> bool:
@@ -178,15 +169,14 @@ def comparison_page(uri: str, base: str, sweep: str | None) -> str:
     """Prepare sweep ``sweep``'s comparison view (the latest sweep's when None) in store ``uri`` and
     return the URL that opens it; :class:`UserError` naming ``sweep`` when the store has no such
     experiment."""
-    from mlflow.tracking import MlflowClient
-
     from mrbench.core.errors import UserError
+    from mrbench.store.client import tracking_client
 
     if missing_sqlite_store(uri):
         if sweep is None:
             return page_url(base, None)
         raise UserError(f"no sweep {sweep!r}: the tracking store {uri!r} does not exist")
-    client = MlflowClient(tracking_uri=uri)
+    client = tracking_client(uri)
     name = sweep if sweep is not None else latest_sweep(client)
     if name is None:
         return page_url(base, None)

@@ -45,11 +45,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from mrbench.core import layout
 from mrbench.core.errors import UserError
 from mrbench.core.results_layout import CELL_LOCK
 from mrbench.engine.cell.checkpoints import CellFolder
-from mrbench.store.claims import Heartbeat, describe, is_alive
+from mrbench.store.claims import Heartbeat, describe, settle_key
 
 log = logging.getLogger(__name__)
 
@@ -157,24 +156,17 @@ class CellClaim:
 
     def settle(self, client: Any, experiment_id: str, run_key: str) -> list[str]:
         """End KILLED the RUNNING runs of ``run_key`` in the experiment whose process is gone, and
-        return their ids; :class:`CellHeld` if one's process is alive (see the module docstring)."""
+        return their ids; :class:`CellHeld` if one's process is alive (see the module docstring;
+        the rules are :func:`mrbench.store.claims.settle_key`'s)."""
         if not self.active:
             return []
-        ended = []
-        for run in _running_runs(client, experiment_id, run_key):
-            tags = run.data.tags
-            if not layout.read_tag(tags, layout.PID):
-                continue  # written before cells' runs named their process: nothing tells
-            own = layout.read_tag(tags, layout.PID) == str(os.getpid()) and (
-                layout.read_tag(tags, layout.HOST) == socket.gethostname()
-            )
-            if is_alive(run) and not own:
-                raise CellHeld(_message(self.label, describe(run)))
-            client.set_terminated(run.info.run_id, "KILLED")
+        settled = settle_key(client, experiment_id, run_key)
+        for run_id in settled.ended:
             log.warning("run %s of cell %s was left RUNNING by a process that is gone: marked KILLED",
-                        run.info.run_id, self.label)  # fmt: skip
-            ended.append(run.info.run_id)
-        return ended
+                        run_id, self.label)  # fmt: skip
+        if settled.holder is not None:
+            raise CellHeld(_message(self.label, describe(settled.holder)))
+        return settled.ended
 
     def opened(self, tracking_uri: str, run_id: str) -> None:
         """The cell's run ``run_id`` is open: refresh its heartbeat until the claim ends."""
@@ -195,15 +187,3 @@ class CellClaim:
             os.close(self._fd)
             with contextlib.suppress(OSError):  # a folder the lock alone kept (CellFolder.clear_pending)
                 self.path.parent.rmdir()
-
-
-def _running_runs(client: Any, experiment_id: str, run_key: str) -> list[Any]:
-    """Every RUNNING run of ``run_key`` in the experiment (all result pages)."""
-    query = f"attributes.status = 'RUNNING' and tags.`{layout.tag(layout.RUN_KEY)}` = '{run_key}'"
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment_id], filter_string=query, max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs

@@ -63,6 +63,7 @@ from mrbench.engine.processes.allocator import keep_freed_blocks
 from mrbench.engine.processes.threads import use_threads_for
 from mrbench.engine.runs.tracking import RunLog
 from mrbench.store.client import RetryingClient
+from mrbench.store.runs import iter_runs, runs_filter
 
 Say = Callable[[str], None]
 
@@ -142,18 +143,10 @@ def _targets(
     if not wanted:
         return []
     latest: dict[str, Any] = {}
-    token = None
-    while True:  # every page: a sweep may have more runs than one page holds
-        page = client.search_runs(
-            [experiment_id], filter_string="attributes.status = 'FINISHED'", page_token=token
-        )
-        for run in page:
-            key = layout.read_tag(run.data.tags, layout.RUN_KEY)
-            if key in wanted and (key not in latest or run.info.start_time > latest[key].info.start_time):
-                latest[key] = run
-        token = page.token
-        if not token:
-            break
+    for run in iter_runs(client, experiment_id, runs_filter(status="FINISHED")):  # every page
+        key = layout.read_tag(run.data.tags, layout.RUN_KEY)
+        if key in wanted and (key not in latest or run.info.start_time > latest[key].info.start_time):
+            latest[key] = run
     targets = []
     for key, spec in wanted.items():
         run = latest.get(key)

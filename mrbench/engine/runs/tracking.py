@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mrbench.core import layout
 from mrbench.store.client import RetryingClient, TrackingUnavailable
+from mrbench.store.runs import end_run
 
 log = logging.getLogger(__name__)
 
@@ -140,12 +140,7 @@ def end_run_quietly(
     """End a failed or interrupted run ``status`` (with its ``error`` tag), trying an unreachable
     store for ``retry_s`` only: the caller's own exception is what the user must see. If the store
     stays away the run stays RUNNING, and a warning says so."""
-    quick = client.bounded(retry_s)
     try:
-        try:
-            if error is not None:
-                quick.set_tag(run_id, layout.tag(layout.ERROR), error[:4000])
-        finally:
-            quick.set_terminated(run_id, status)
+        end_run(client.bounded(retry_s), run_id, status, error)
     except TrackingUnavailable as exc:
         log.warning("%s; run %s stays RUNNING in the store", exc, run_id)

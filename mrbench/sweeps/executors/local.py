@@ -25,19 +25,17 @@ from typing import Any
 
 from rich.markup import escape
 
-from mrbench.core import layout
 from mrbench.engine.processes.devices import pin_for_cell
 from mrbench.engine.processes.threads import thread_env, threads_for
 from mrbench.engine.runs.console import verbose
-from mrbench.engine.runs.tracking import end_run_quietly
-from mrbench.store.claims import is_alive
-from mrbench.store.client import RetryingClient, TrackingUnavailable
+from mrbench.store.claims import end_if_dead
+from mrbench.store.client import TrackingUnavailable, tracking_client
+from mrbench.store.runs import running_runs
 from mrbench.sweeps import cell_server
 from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
 from mrbench.sweeps.cell_process import EXIT_FINISHED, EXIT_KILLED, cell_payload, failure_status
 from mrbench.sweeps.cell_server import CellServer, ServerCell
 from mrbench.sweeps.progress import SweepProgress
-from mrbench.sweeps.resume import search_all
 from mrbench.sweeps.schedule import LongestFirst
 
 log = logging.getLogger(__name__)
@@ -268,22 +266,21 @@ def end_dead_cell_runs(ctx: CellContext, outcome: CellOutcome, retry_s: float = 
 
     At once, as the sweep sees the worker's exit, so that the store does not show the cell running
     after the sweep is over. Only this invocation's runs of the cell (children of its parent run;
-    none without one) whose process is gone (:func:`mrbench.store.claims.is_alive`): a multi-process
+    none without one) whose process is gone (:func:`mrbench.store.claims.end_if_dead`): a multi-process
     cell's ranks that still run keep theirs. A store that does not answer within ``retry_s`` leaves
     them RUNNING, with a warning; the next invocation of the sweep ends them KILLED.
     """
     if ctx.parent_run_id is None or outcome.status == "FINISHED":
         return []
-    key_tag = layout.tag(layout.RUN_KEY)
-    query = f"attributes.status = 'RUNNING' and tags.`{key_tag}` = '{outcome.cell.key}'"
-    client = RetryingClient(ctx.tracking_uri, retry_s)
+    client = tracking_client(ctx.tracking_uri, retry_s)
     ended = []
     try:
         experiment = client.get_experiment_by_name(ctx.experiment)
-        runs = search_all(client, experiment.experiment_id, query) if experiment is not None else []
-        for run in runs:
-            if run.data.tags.get(layout.PARENT_RUN_TAG) == ctx.parent_run_id and not is_alive(run):
-                end_run_quietly(client, run.info.run_id, outcome.status, error=outcome.error, retry_s=retry_s)
+        if experiment is None:
+            return []
+        key, parent = outcome.cell.key, ctx.parent_run_id
+        for run in running_runs(client, experiment.experiment_id, key, parent_run_id=parent):
+            if end_if_dead(client, run, status=outcome.status, error=outcome.error):
                 ended.append(run.info.run_id)
     except TrackingUnavailable as exc:
         log.warning("%s; the runs of cell %s that its worker left RUNNING stay so", exc, outcome.cell.label)

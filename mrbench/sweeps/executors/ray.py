@@ -30,15 +30,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from mrbench.core import layout
 from mrbench.core.env import PREFIX
 from mrbench.core.errors import UserError
 from mrbench.engine.processes.devices import ray_gpus
 from mrbench.engine.processes.threads import threads_for
+from mrbench.store.client import tracking_client
+from mrbench.store.runs import end_runs, running_runs
 from mrbench.sweeps.cell import Cell, CellContext, CellOutcome, callable_path, error_text
 from mrbench.sweeps.cell_process import cell_payload, run_payload
 from mrbench.sweeps.progress import SweepProgress
-from mrbench.sweeps.resume import search_all
 
 FORWARDED_PREFIXES = (PREFIX, "MLFLOW_")
 """Environment variables of the sweep process that every task gets too (besides ``PYTHONPATH``)."""
@@ -205,15 +205,12 @@ def _outcome(ray: Any, ref: Any, cell: Cell, wall_s: float) -> CellOutcome:
 
 def _end_lost_runs(ctx: CellContext, cell: Cell, error: str) -> None:
     """End FAILED, with ``error``, the RUNNING run(s) of ``cell`` under this invocation's parent run:
-    left by a task whose process died, they would otherwise stay RUNNING until the next invocation."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=ctx.tracking_uri)
+    left by a task whose process died, they would otherwise stay RUNNING until the next invocation.
+    Ray's word that the task is over decides, not the runs' liveness tags: Ray keeps a worker process
+    after its task, and a remote node's last heartbeat is younger than the staleness bound."""
+    client = tracking_client(ctx.tracking_uri)
     experiment = client.get_experiment_by_name(ctx.experiment)
     if experiment is None:
         return
-    running = f"attributes.status = 'RUNNING' and tags.`{layout.tag(layout.RUN_KEY)}` = '{cell.key}'"
-    for run in search_all(client, experiment.experiment_id, running):
-        if ctx.parent_run_id is None or run.data.tags.get(layout.PARENT_RUN_TAG) == ctx.parent_run_id:
-            client.set_tag(run.info.run_id, layout.tag(layout.ERROR), error)
-            client.set_terminated(run.info.run_id, "FAILED")
+    runs = running_runs(client, experiment.experiment_id, cell.key, parent_run_id=ctx.parent_run_id)
+    end_runs(client, runs, "FAILED", error)
