@@ -32,7 +32,7 @@ CELL += ["--train", "num_generations=2", "--train", "prompts_per_step=2", "--tra
 # Names whose values differ between two identical invocations by design.
 VOLATILE = re.compile(
     r"(run_id|eval_of|_s$|_s_|time|date|host|pid|heartbeat|invocation|git|version|uri|path|dir$|"
-    r"checkpoint_dir|started|ended|user|source|log-model|mlflow\.)",
+    r"checkpoint_dir|started|ended|user|source|log-model|mlflow\.|per_second|runtime)",
     re.IGNORECASE,
 )
 VOLATILE_FILES = re.compile(r"(\.log$|console|cell\.log|traceback)")
@@ -96,6 +96,11 @@ def dump(tmp: str, uri: str) -> list[dict[str, Any]]:
     return sorted(runs, key=lambda r: json.dumps([r["experiment"], r["params"], r["tags"]], sort_keys=True))
 
 
+def differences(a: Any, b: Any, where: str = "") -> list[str]:
+    """Every place two dumps differ (metric names that are volatile by design left out)."""
+    return [d for d in _differences(a, b, where) if not VOLATILE.search(d.split(":")[0].rsplit("/", 1)[-1])]
+
+
 def _differences(a: Any, b: Any, where: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = [f"{where}/{k}: only in one" for k in sorted(set(a) ^ set(b))]
@@ -134,7 +139,9 @@ def main() -> int:
     Path(args.out).write_text(json.dumps(runs, indent=1, sort_keys=True))
     print(f"{len(runs)} runs written to {args.out}")
     if args.compare:
-        diffs = _differences(json.loads(Path(args.compare).read_text()), runs)
+        diffs = differences(
+            json.loads(Path(args.compare).read_text()), json.loads(Path(args.out).read_text())
+        )
         print("\n".join(diffs) if diffs else "identical")
         return 1 if diffs else 0
     return 0
