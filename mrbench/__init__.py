@@ -37,6 +37,7 @@ _EXPORTS = {
     "register_task": "mrbench.tasks",
     "Range": "mrbench.core.registry",
     "Task": "mrbench.core.contracts",
+    "DatasetSetting": "mrbench.core.contracts",
     "Sample": "mrbench.core.contracts",
     "RewardComponent": "mrbench.core.contracts",
     "EvalResult": "mrbench.core.contracts",

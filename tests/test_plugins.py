@@ -86,10 +86,55 @@ def test_catalog_lists_plugins_with_their_source(plugin_env):
     toy = rows["toy-add"]  # an entry point to a factory that also carries @register_task: one entry
     assert toy["source"] == f"entry point {DIST}" and toy["available"]
     assert toy["rewards"] == ["format", "args"] and toy["weights"] == {"format": 1.0, "args": 2.0}
-    assert toy["params"] == {"n_train": 4, "n_eval": 2, "seed": 0}
+    assert toy["params"] == {"n_train": 4, "n_eval": 2, "seed": 0, "operands": "digits"}
     assert rows["tool-calling"]["source"] == "built-in"
     proc = mrbench(plugin_env, "tasks")
     assert proc.returncode == 0 and "toy-add          v1      primary=exact_match" in proc.stdout
+
+
+DECLARATIONS = """
+import json, sys
+from mrbench.engine.evaluation.evaluate import EvalSpec, task_settings
+from mrbench.engine.evaluation.extra_evals import extra_eval_spec
+from mrbench.reporting.figures import pareto_axes
+from mrbench.tasks import task_class
+
+_, settings, dataset = task_settings(EvalSpec("tiny", "toy-add", dataset="teens"))
+extra = extra_eval_spec("toy-add", "teens", {"operands": "digits", "n_eval": 3})
+print(json.dumps({
+    "axes": pareto_axes("toy-add", ["format", "args"]),
+    "path_axes": pareto_axes(sys.argv[1], ["format", "args"]),
+    "undeclared": pareto_axes("toy-add", ["format", "valid"]),
+    "class": task_class("toy-add").__name__,
+    "operands": settings["operands"],
+    "dataset": dataset,
+    "extra": extra.task_params,
+}))
+"""
+
+
+def test_a_plugin_tasks_declared_eval_data_and_pareto_axes_are_used(plugin_env, tmp_path):
+    """``toy-add`` declares its eval datasets (the ``operands`` setting: digits, teens) and its
+    Pareto axes (args, format: not its first two components) on its class; ``mrbench eval`` and
+    a sweep's extra evaluations choose its data by them, a report plots them."""
+    proc = subprocess.run(
+        [sys.executable, "-c", DECLARATIONS, TASK_PATH],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=plugin_env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["axes"] == out["path_axes"] == ["args", "format"]
+    assert out["undeclared"] == ["format", "valid"]  # a run without both: the first two, as before
+    assert out["class"] == "ToyAddTask" and out["operands"] == out["dataset"] == "teens"
+    assert out["extra"] == {"n_eval": 3}  # the sweep's own dataset setting gives way to the dataset
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = ["eval", "--model", "tiny", "--task", "toy-add", "--dataset", "tens", "--tracking-uri", uri]
+    proc = mrbench(plugin_env, *args, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "unknown dataset 'tens' for task 'toy-add'; choose from digits, teens" in proc.stderr
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,11 @@ with their defaults, which a task overrides where it needs to: ``lower_is_better
 and the ``mrbench score`` hooks :meth:`Task.score_datasets`, :meth:`Task.gold_items` and
 :meth:`Task.score_items` (by default they raise a :class:`~mrbench.core.errors.UserError`
 saying the task cannot be scored). The engine reads every hook as a plain attribute.
+
+Two class attributes are read *without building* the task, from the class its factory's return
+annotation names (:func:`mrbench.tasks.task_class`): ``eval_datasets`` (a :class:`DatasetSetting`:
+the evaluation data ``mrbench eval --dataset`` and a sweep's ``eval`` key choose from) and
+``pareto_axes`` (the two reward components the report's Pareto figure plots).
 """
 
 from __future__ import annotations
@@ -98,6 +103,29 @@ class ScoredItem:
     error: str | None = None  # set when the item itself is invalid (unknown id, missing field, …)
 
 
+@dataclass(frozen=True)
+class DatasetSetting:
+    """A task's evaluation data, as ``mrbench eval --dataset`` and a sweep's ``eval`` key choose it.
+
+    ``setting``: the task setting a dataset name sets. ``choices``: the names it takes (empty:
+    whatever the task's factory accepts, which checks the value). ``budgets``: ``{dataset:
+    max_completion_tokens}`` for a task whose default budget follows its *training* dataset: the
+    evaluation's dataset, where it is listed, sets the ``max_completion_tokens`` setting instead
+    (unless that is given).
+
+    >>> DatasetSetting("eval_dataset", ["embedded", "humaneval"], {"humaneval": 512}).choices
+    ('embedded', 'humaneval')
+    """
+
+    setting: str = "dataset"
+    choices: Sequence[str] = ()
+    budgets: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "choices", tuple(self.choices))
+        object.__setattr__(self, "budgets", MappingProxyType(dict(self.budgets)))
+
+
 @runtime_checkable
 class Generator(Protocol):
     """Greedy chat generation from the model under evaluation (built by the harness)."""
@@ -136,6 +164,14 @@ class Task(ABC):
     """Keep every demonstration whole in the tiny models' warm start instead of leaving out the
     final line of some (``mrbench.engine.models.tiny.collect_demonstrations``): for multi-turn tasks,
     where a flaw per turn would compound over an episode."""
+    eval_datasets: ClassVar[DatasetSetting] = DatasetSetting()
+    """The evaluation data ``mrbench eval --dataset`` (and a sweep's ``eval`` key) chooses from: by
+    default any value of the ``dataset`` setting, which the factory checks. Read from the class
+    without building the task (:func:`mrbench.tasks.task_class`)."""
+    pareto_axes: ClassVar[tuple[str, str] | None] = None
+    """The two reward components the report's Pareto figure plots, x then y: the trade-off the task
+    is about; by default (or when a run lacks one of them) its first two components. Read from the
+    class without building the task (:func:`mrbench.tasks.task_class`)."""
 
     # -- required ----------------------------------------------------------------------------
     @abstractmethod

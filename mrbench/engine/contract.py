@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from mrbench.core.contracts import RewardComponent, Sample, Task
+from mrbench.core.contracts import DatasetSetting, RewardComponent, Sample, Task
 from mrbench.core.errors import UserError
 from mrbench.core.registry import Entry, path_of
 
@@ -169,12 +169,44 @@ def task_rewards(task: Task) -> None:
             raise _fail(owner, f"{where}: scores must be numbers or None, got {scores!r}")
 
 
-TASK_CHECKS: tuple[Callable[[Task], None], ...] = (task_members, task_hooks, task_samples, task_rewards)
+def task_declarations(task: Task) -> None:
+    """``eval_datasets`` a :class:`DatasetSetting` (dataset names as choices, a positive budget per
+    dataset); ``pareto_axes`` None or two different reward components of the task."""
+    owner = f"task {task.name!r}"
+    data = task.eval_datasets
+    if not isinstance(data, DatasetSetting) or not isinstance(data.setting, str) or not data.setting:
+        raise _fail(owner, f"eval_datasets must be a mrbench.DatasetSetting naming a setting, got {data!r}")
+    if not all(isinstance(c, str) and c for c in data.choices):
+        raise _fail(owner, f"eval_datasets.choices must be dataset names, got {data.choices!r}")
+    for dataset, budget in data.budgets.items():
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+            raise _fail(
+                owner, f"eval_datasets.budgets[{dataset!r}] must be a positive integer, got {budget!r}"
+            )
+    axes = task.pareto_axes
+    if axes is None:
+        return
+    names = [c.name for c in task.reward_components()]
+    if not isinstance(axes, tuple) or len(axes) != 2 or axes[0] == axes[1] or not set(axes) <= set(names):
+        raise _fail(
+            owner, f"pareto_axes must be None or two different reward components of {names}, got {axes!r}"
+        )
+
+
+TASK_CHECKS: tuple[Callable[[Task], None], ...] = (
+    task_members,
+    task_hooks,
+    task_samples,
+    task_rewards,
+    task_declarations,
+)
 """Every check of a built task, in order."""
 
 
 def task_settings(task: str | Callable[..., Any]) -> None:
-    """The factory's settings: keyword-only, each default a plain value (it becomes an MLflow param)."""
+    """The factory's settings: keyword-only, each default a plain value (it becomes an MLflow param);
+    among them the setting a declared ``eval_datasets`` names, and ``max_completion_tokens`` where it
+    declares budgets."""
     import mrbench.tasks as tasks
 
     entry = tasks.get_task_entry(_name(task))
@@ -182,6 +214,33 @@ def task_settings(task: str | Callable[..., Any]) -> None:
         if not isinstance(default, SCALAR):
             raise _fail(
                 f"task {entry.name!r}", f"setting {key!r} has a default of type {type(default).__name__}"
+            )
+    data = tasks.task_class(entry.name).eval_datasets
+    if data != DatasetSetting() and data.setting not in entry.params:
+        raise _fail(
+            f"task {entry.name!r}", f"eval_datasets names the setting {data.setting!r}, which it lacks"
+        )
+    if data.budgets and "max_completion_tokens" not in entry.params:
+        raise _fail(
+            f"task {entry.name!r}", "eval_datasets has budgets, but no max_completion_tokens setting to set"
+        )
+
+
+def task_class_declared(task: str | Callable[..., Any], built: Task) -> None:
+    """The class the factory's return annotation names declares what the built task does: the
+    harness reads ``eval_datasets`` and ``pareto_axes`` from it without building the task
+    (:func:`mrbench.tasks.task_class`)."""
+    import mrbench.tasks as tasks
+
+    declared = tasks.task_class(_name(task))
+    for attr in ("eval_datasets", "pareto_axes"):
+        if getattr(declared, attr) != getattr(built, attr):
+            raise _fail(
+                f"task {built.name!r}",
+                f"it declares {attr} = {getattr(built, attr)!r}, but the harness reads "
+                f"{getattr(declared, attr)!r} from {declared.__qualname__}, the class its factory's "
+                f"return annotation names: annotate the factory with its class "
+                f"(def factory(...) -> {type(built).__qualname__})",
             )
 
 
@@ -192,6 +251,7 @@ def check_task(task: str | Callable[..., Any], params: Mapping[str, Any] | None 
     with built_task(task, params) as built:
         for check in TASK_CHECKS:
             check(built)
+        task_class_declared(task, built)
 
 
 # --------------------------------------------------------------------------------------- methods

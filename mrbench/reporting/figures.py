@@ -20,19 +20,16 @@ from typing import Any
 import numpy as np
 
 from mrbench.core import layout
+from mrbench.core.errors import UserError
 from mrbench.reporting import stats
 from mrbench.reporting.context import ReportContext
 from mrbench.reporting.drawing import FigureJob, render
 from mrbench.reporting.plots import Band, ParetoPoint, ScalingSeries, method_colors
 from mrbench.reporting.select import TaskInfo
 from mrbench.store.reader import History, RunRecord
+from mrbench.tasks import task_class
 
 MAX_CURVE_POINTS = 300
-PARETO_AXES = {  # the trade-off each domain is about; other tasks use their first two components
-    "code-generation": ("accuracy", "efficiency"),
-    "agent-security": ("utility", "safety"),
-    "tool-calling": ("values", "format"),
-}
 FIGURE_PATTERNS = ("curves-*.png", "pareto-*.png", "corr-*.png", "share-*.png", "scaling-*.png")
 MANIFEST = "report-files.txt"
 """Beside ``report.md``: the figures that report wrote, the only files its next run deletes."""
@@ -113,13 +110,24 @@ def curve_panels(
 
 
 def pareto_axes(task: str, components: list[str]) -> tuple[str, str] | None:
-    """The two components a task's Pareto plot compares (None when it has fewer than two)."""
-    x_c, y_c = PARETO_AXES.get(task, (None, None))
+    """The two components a task's Pareto plot compares: those the task declares (its class
+    attribute ``pareto_axes``) when its runs have both, else its first two (None when it has fewer)."""
+    x_c, y_c = declared_pareto_axes(task) or (None, None)
     if x_c in components and y_c in components:
         return x_c, y_c
     if len(components) < 2:
         return None
     return components[0], components[1]
+
+
+def declared_pareto_axes(task: str) -> tuple[str, str] | None:
+    """The Pareto axes task ``task`` declares, read from its class without building it
+    (:func:`mrbench.tasks.task_class`); None when it declares none, or is not installed here (a
+    plugin task of runs read from a store) or cannot be loaded."""
+    try:
+        return task_class(task).pareto_axes
+    except (UserError, ImportError):  # unknown here, or a plugin that cannot be loaded
+        return None
 
 
 def pareto_panels(ctx: ReportContext, task: str, x_c: str, y_c: str) -> dict[str, dict[str, ParetoPoint]]:

@@ -5,15 +5,21 @@ Tasks from other packages (a factory with keyword-only settings returning a :cla
 subclass) register with ``@register_task("name")`` (``from mrbench import register_task``),
 through an entry point in the group ``mrbench.tasks`` (``name = "package.module:factory"``), or
 are named ``package.module:factory`` where a task name is expected.
+
+What the harness reads of a task without building it (its evaluation data, its Pareto axes) are
+class attributes of the :class:`Task` subclass the factory's return annotation names
+(:func:`task_class`).
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 from mrbench.core.contracts import (
     Column,
+    DatasetSetting,
     EvalResult,
     Generator,
     Message,
@@ -67,6 +73,32 @@ def get_task_entry(name: str) -> Entry[Any]:
     return TASKS.get(name)
 
 
+def task_class(name: str) -> type[Task]:
+    """The :class:`Task` subclass task ``name``'s factory returns, read from its return annotation
+    (``def greeting(*, n: int = 64) -> Greeting``) without building the task: its class attributes
+    ``eval_datasets`` and ``pareto_axes`` are what the harness reads before building a task, or
+    without building one (a report). :class:`Task` itself, whose attributes are the defaults, when
+    the factory's annotation names no subclass (none, ``Task``, or a name it cannot evaluate);
+    :func:`mrbench.engine.contract.check_task` fails a factory whose task declares otherwise.
+
+    Raises as :func:`get_task_entry` for an unknown name or a plugin that cannot be loaded.
+    """
+    factory = TASKS.get(name).obj
+    if isinstance(factory, type) and issubclass(factory, Task):
+        return factory  # a class with keyword-only settings is its own factory
+    try:
+        returned: Any = inspect.signature(factory).return_annotation
+    except (TypeError, ValueError):  # no readable signature: the registry refuses it before here
+        return Task
+    if isinstance(returned, str):  # ``from __future__ import annotations``: the name, in its module
+        module = sys.modules.get(getattr(factory, "__module__", "") or "")
+        try:
+            returned = eval(returned, dict(vars(module)) if module else {})
+        except Exception:  # e.g. a name imported only under TYPE_CHECKING
+            return Task
+    return returned if isinstance(returned, type) and issubclass(returned, Task) else Task
+
+
 def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
     """Build the task ``name`` with its settings.
 
@@ -94,6 +126,7 @@ def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
 __all__ = [
     "TASKS",
     "Column",
+    "DatasetSetting",
     "EvalResult",
     "Generator",
     "Message",
@@ -105,4 +138,5 @@ __all__ = [
     "completion_text",
     "get_task_entry",
     "register_task",
+    "task_class",
 ]

@@ -28,7 +28,16 @@ from types import MappingProxyType
 from typing import Annotated, Any, ClassVar
 
 from mrbench.core import limits
-from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
+from mrbench.core.contracts import (
+    DatasetSetting,
+    EvalResult,
+    Generator,
+    Message,
+    RewardComponent,
+    Sample,
+    ScoredItem,
+    Task,
+)
 from mrbench.core.registry import Range
 from mrbench.tasks.agent_security import agentdojo_policies, evaluation, scenarios
 from mrbench.tasks.agent_security.agentdojo_suites import ATTACKS, SUITES, AgentDojoCase, list_cases
@@ -89,6 +98,9 @@ class AgentSecurityTask(Task):
     # 7: the chat prompt style (the default), for pretrained instruction models
     primary_metric = "joint"
     lower_is_better = frozenset({"asr"})
+    eval_datasets: ClassVar[DatasetSetting] = DatasetSetting("dataset", DATASETS)
+    pareto_axes: ClassVar[tuple[str, str]] = ("utility", "safety")
+    """The domain's trade-off: the user's task done against the injected goal resisted."""
     train_defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({"learning_rate": 1e-4})
     """``TrainSettings`` defaults for this task (the caller's ``--train`` overrides them). At the
     harness default of 3e-4, 30 GRPO steps take the tiny warm start to the shortcut of stopping

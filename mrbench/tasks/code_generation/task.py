@@ -7,10 +7,19 @@ import random
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from mrbench.core import limits
-from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
+from mrbench.core.contracts import (
+    DatasetSetting,
+    EvalResult,
+    Generator,
+    Message,
+    RewardComponent,
+    Sample,
+    ScoredItem,
+    Task,
+)
 from mrbench.core.errors import RegistryError, UserError
 from mrbench.core.registry import Range
 from mrbench.kit.sandbox import Limits
@@ -105,6 +114,13 @@ class CodeGenerationTask(Task):
     version = "2"  # 2: sampled pass@k in the evaluation; primary metric sampled_pass_at_1
     primary_metric = "sampled_pass_at_1"
     lower_is_better: frozenset[str] = frozenset()
+    eval_datasets: ClassVar[DatasetSetting] = DatasetSetting(
+        "eval_dataset", DATASETS, DEFAULT_MAX_COMPLETION_TOKENS
+    )
+    """``eval_dataset`` (its default, "", is the training dataset's held-out split), and with it that
+    dataset's completion budget: the default budget follows the training dataset."""
+    pareto_axes: ClassVar[tuple[str, str]] = ("accuracy", "efficiency")
+    """The domain's trade-off: tests passed against less work than the reference solution."""
 
     def __init__(
         self,

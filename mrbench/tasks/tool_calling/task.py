@@ -7,10 +7,19 @@ import math
 import random
 from collections import defaultdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from mrbench.core import limits
-from mrbench.core.contracts import EvalResult, Generator, Message, RewardComponent, Sample, ScoredItem, Task
+from mrbench.core.contracts import (
+    DatasetSetting,
+    EvalResult,
+    Generator,
+    Message,
+    RewardComponent,
+    Sample,
+    ScoredItem,
+    Task,
+)
 from mrbench.core.registry import Range
 from mrbench.tasks.settings import check_settings
 from mrbench.tasks.tool_calling import rewards
@@ -54,6 +63,9 @@ class ToolCallingTask(Task):
     version = "2"  # 2: the chat prompt style (the default), for pretrained instruction models
     primary_metric = "exact_match"
     lower_is_better: frozenset[str] = frozenset()
+    eval_datasets: ClassVar[DatasetSetting] = DatasetSetting("dataset", DATASETS)
+    pareto_axes: ClassVar[tuple[str, str]] = ("values", "format")
+    """The domain's trade-off: the arguments' values right against a well-formed call."""
 
     def __init__(
         self,

@@ -1,7 +1,8 @@
 """``toy-add``: call ``add`` with the two numbers of the prompt; two reward components.
 
 The prompts and the answer format are those the test suite's micro model was warm-started on
-(``tests/conftest.py``), so a few GRPO steps on it run through every part of a real cell.
+(``tests/conftest.py``), so a few GRPO steps on it run through every part of a real cell. The task
+declares its evaluation data (``mrbench eval --task toy-add --dataset teens``) and its Pareto axes.
 """
 
 from __future__ import annotations
@@ -11,10 +12,21 @@ import random
 import re
 from typing import Any, ClassVar
 
-from mrbench import EvalResult, Generator, RewardComponent, Sample, Task, completion_text, register_task
+from mrbench import (
+    DatasetSetting,
+    EvalResult,
+    Generator,
+    RewardComponent,
+    Sample,
+    Task,
+    completion_text,
+    register_task,
+)
 
 CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 MARKERS = ("<tool_call>", "</tool_call>", '"name"', "add", "{", "}")
+OPERANDS = {"digits": 0, "teens": 10}
+"""The ``operands`` setting: the smallest of the ten numbers a prompt adds."""
 
 
 def _prompt(a: int, b: int) -> list[dict[str, str]]:
@@ -62,10 +74,12 @@ class ToyAddTask(Task):
     primary_metric = "exact_match"
     max_completion_tokens = 40
     train_defaults: ClassVar[dict[str, Any]] = {"num_generations": 2, "prompts_per_step": 2}
+    eval_datasets: ClassVar[DatasetSetting] = DatasetSetting("operands", tuple(OPERANDS))
+    pareto_axes: ClassVar[tuple[str, str]] = ("args", "format")  # not the first two components
 
-    def __init__(self, *, n_train: int, n_eval: int, seed: int) -> None:
-        rng = random.Random(seed)
-        pairs = [(rng.randint(0, 9), rng.randint(0, 9)) for _ in range(n_train + n_eval)]
+    def __init__(self, *, n_train: int, n_eval: int, seed: int, operands: str = "digits") -> None:
+        rng, low = random.Random(seed), OPERANDS[operands]
+        pairs = [(rng.randint(low, low + 9), rng.randint(low, low + 9)) for _ in range(n_train + n_eval)]
         samples = [Sample(f"toy-{i}", _prompt(a, b), {"a": a, "b": b}) for i, (a, b) in enumerate(pairs)]
         self._train, self._eval = samples[:n_train], samples[n_train:]
 
@@ -96,8 +110,10 @@ class ToyAddTask(Task):
 
 
 @register_task("toy-add")
-def toy_add(*, n_train: int = 4, n_eval: int = 2, seed: int = 0) -> ToyAddTask:
-    """Call add(a, b) with the prompt's two digits: format and argument rewards (a test fixture)."""
+def toy_add(*, n_train: int = 4, n_eval: int = 2, seed: int = 0, operands: str = "digits") -> ToyAddTask:
+    """Call add(a, b) with the prompt's two numbers: format and argument rewards (a test fixture)."""
     if n_train < 1 or n_eval < 0:
         raise ValueError(f"n_train must be >= 1 and n_eval >= 0, got {n_train} and {n_eval}")
-    return ToyAddTask(n_train=n_train, n_eval=n_eval, seed=seed)
+    if operands not in OPERANDS:
+        raise ValueError(f"operands must be one of {', '.join(OPERANDS)}, got {operands!r}")
+    return ToyAddTask(n_train=n_train, n_eval=n_eval, seed=seed, operands=operands)

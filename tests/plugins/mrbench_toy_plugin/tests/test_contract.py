@@ -14,6 +14,7 @@ from mrbench.engine.contract import check_method, check_task
 def test_the_task_keeps_the_contract() -> None:
     check_task("mrbench_toy_plugin.task:toy_add")
     check_task("toy-add", {"n_train": 3, "n_eval": 1})  # by its entry point's name, with settings
+    check_task("toy-add", {"operands": "teens"})  # its other evaluation dataset
 
 
 @pytest.mark.parametrize("method", ["mrbench_toy_plugin.methods:toy_centred", "toy-centred", "toy-signed"])
