@@ -18,7 +18,8 @@ What :func:`run_eval` evaluates (an :class:`EvalSpec`):
     from a checkpoint's training run: the evaluation is a function of the options alone, whatever
     the model (pass the cell's own settings as ``task_params`` to repeat its evaluation).
 ``dataset``
-    the task's evaluation data (:data:`EVAL_DATASETS`):
+    the task's evaluation data (its class attribute ``eval_datasets``, a
+    :class:`~mrbench.core.contracts.DatasetSetting`):
 
     ===============  ======================================  ==========================================
     task             ``dataset``                             sets
@@ -94,31 +95,6 @@ WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin
 
 
 @dataclass(frozen=True)
-class DatasetSetting:
-    """Which task setting ``dataset`` sets, and the names it takes (``"module:attr"``, lazily imported).
-
-    ``budgets``: ``"module:attr"`` of ``{dataset: max_completion_tokens}`` for a task whose default
-    budget follows its *training* dataset; the evaluation's dataset sets it instead (unless given).
-    """
-
-    setting: str
-    choices: str = ""
-    budgets: str = ""
-
-
-EVAL_DATASETS: dict[str, DatasetSetting] = {
-    "tool-calling": DatasetSetting("dataset", "mrbench.tasks.tool_calling.task:DATASETS"),
-    "code-generation": DatasetSetting(
-        "eval_dataset",
-        "mrbench.tasks.code_generation.task:DATASETS",
-        "mrbench.tasks.code_generation.task:DEFAULT_MAX_COMPLETION_TOKENS",
-    ),
-    "agent-security": DatasetSetting("dataset", "mrbench.tasks.agent_security.dataset:DATASETS"),
-}
-"""The built-in tasks' evaluation data; any other task's ``dataset`` setting (checked by its factory)."""
-
-
-@dataclass(frozen=True)
 class EvalSpec:
     """What to evaluate: the options of ``mrbench eval`` (see the module docstring).
 
@@ -181,12 +157,6 @@ class EvalReport:
 # --------------------------------------------------------------------------- settings and model
 
 
-def _import(target: str) -> Any:
-    from mrbench.core.registry import import_target  # deferred: the CLI imports this module early
-
-    return import_target(target)
-
-
 def _set_once(overrides: dict[str, Any], key: str, value: Any, flag: str) -> None:
     if key in overrides:
         raise UserError(f"{flag} and --task-param {key}={overrides[key]}: give one of them")
@@ -203,25 +173,21 @@ def task_settings(
     does not have are left out. :class:`UserError` for an unknown task, setting or dataset (listing
     the choices), a setting given twice, or ``samples`` > 1 for a task that does not sample.
     """
-    from mrbench.tasks import get_task_entry
+    from mrbench.tasks import get_task_entry, task_class
 
     entry = get_task_entry(spec.task)
     defaults = entry.params
     overrides = dict(spec.task_params)
-    target = EVAL_DATASETS.get(entry.name, DatasetSetting("dataset"))
+    target = task_class(entry.name).eval_datasets
     if spec.dataset is not None:
         if target.setting not in defaults:
             raise UserError(f"--dataset {spec.dataset!r}: task {entry.name!r} has no dataset setting")
-        if target.choices:
-            choices = tuple(_import(target.choices))
-            if spec.dataset not in choices:
-                shown = ", ".join(choices)
-                raise UserError(
-                    f"unknown dataset {spec.dataset!r} for task {entry.name!r}; choose from {shown}"
-                )
+        if target.choices and spec.dataset not in target.choices:
+            shown = ", ".join(target.choices)
+            raise UserError(f"unknown dataset {spec.dataset!r} for task {entry.name!r}; choose from {shown}")
         _set_once(overrides, target.setting, spec.dataset, "--dataset")
-        if target.budgets and BUDGET_SETTING not in overrides:
-            overrides[BUDGET_SETTING] = _import(target.budgets)[spec.dataset]
+        if spec.dataset in target.budgets and BUDGET_SETTING not in overrides:
+            overrides[BUDGET_SETTING] = target.budgets[spec.dataset]
     if spec.seed is not None:
         if isinstance(spec.seed, bool) or spec.seed < 0:
             raise UserError(f"--seed must be a non-negative integer, got {spec.seed!r}")

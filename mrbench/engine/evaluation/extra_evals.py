@@ -49,9 +49,7 @@ from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.engine.evaluation import eval_cache
 from mrbench.engine.evaluation.evaluate import (
-    EVAL_DATASETS,
     SAMPLES_SETTING,
-    DatasetSetting,
     EvalSpec,
     check_eval_data,
     check_model_folder,
@@ -82,10 +80,10 @@ def extra_eval_spec(task: str, dataset: str, task_params: Mapping[str, Any]) -> 
     """The ``mrbench eval`` options of one extra evaluation: ``task_params`` (the sweep's, for
     ``task``) without the dataset setting, which ``dataset`` sets (and with it the dataset's own
     completion budget, unless ``task_params`` gives one)."""
-    from mrbench.tasks import get_task_entry
+    from mrbench.tasks import task_class
 
-    target = EVAL_DATASETS.get(get_task_entry(task).name, DatasetSetting("dataset"))
-    params = {k: v for k, v in task_params.items() if k != target.setting}
+    setting = task_class(task).eval_datasets.setting
+    params = {k: v for k, v in task_params.items() if k != setting}
     return EvalSpec(model="", task=task, dataset=dataset, task_params=params)
 
 
