@@ -1,5 +1,6 @@
 """One sweep cell: what it runs (:class:`Cell`), where it logs (:class:`CellContext`), how it ended
-(:class:`CellOutcome`), and the ``"module:attr"`` paths by which worker processes import callables.
+(:class:`CellOutcome`), and the ``"module:attr"`` paths by which worker processes import callables
+(what a worker is handed and answers: :mod:`mrbench.core.cell_protocol`).
 
 Every other module of :mod:`mrbench.sweeps` imports this one, and it imports none of them.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core import layout
+from mrbench.core.cell_protocol import CellSpec
 from mrbench.core.errors import UserError
 from mrbench.core.records import CellEntry
 
@@ -23,7 +25,6 @@ ResolveFn = Callable[..., Any]
 SKIPPED = "SKIPPED"
 """The status of a cell this invocation did not run: another live invocation holds it, or finished it."""
 
-DEFAULT_CELL_FN = "mrbench.engine.cell.runner:run_cell"
 DEFAULT_RESOLVE_FN = "mrbench.engine.config:resolve_spec"
 
 
@@ -31,7 +32,7 @@ DEFAULT_RESOLVE_FN = "mrbench.engine.config:resolve_spec"
 class Cell:
     """One grid cell: a resolved run spec and its run key."""
 
-    spec: Any  # mrbench.engine.config.RunSpec (or a compatible spec with run_key/to_dict/label)
+    spec: CellSpec  # mrbench.engine.config.RunSpec, or a test's stand-in with the same face
     key: str = ""
 
     def __post_init__(self) -> None:

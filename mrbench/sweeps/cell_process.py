@@ -2,11 +2,13 @@
 (:mod:`mrbench.sweeps.cell_server`, which calls :func:`run_worker`), or started as
 ``python -m mrbench.sweeps.cell_process PAYLOAD.json`` where there is no server.
 
-The payload (written by :func:`cell_payload`, in JSON) names the spec class and the cell function
-by ``"module:attr"``, the tracking store, experiment and parent run, the thread budget, the
-processes per cell and where to write the result. A cell of more than one process is started
-from here with ``accelerate launch`` (:func:`mrbench.engine.processes.distributed.launch_cell`); its rank 0
-logs, and its result comes back here. Exit codes: 0 FINISHED, 1 FAILED, 130 KILLED (SIGINT). A
+The payload (a :class:`~mrbench.core.cell_protocol.CellPayload`, written by :func:`cell_payload`
+in JSON) names the spec class and the cell function by ``"module:attr"``, the tracking store,
+experiment and parent run, the thread budget, the processes per cell and where to write the
+outcome (a :class:`~mrbench.core.cell_protocol.WorkerOutcome`). A cell of more than one process
+is started from here with ``accelerate launch``
+(:func:`mrbench.engine.processes.distributed.launch_cell`); its rank 0 logs, and its result comes
+back here. Exit codes: 0 FINISHED, 1 FAILED, 130 KILLED (SIGINT). A
 Ray task runs the same :func:`run_payload` (:mod:`mrbench.sweeps.executors.ray`).
 
 A worker must not outlive its sweep: if the sweep process dies (even by ``kill -9``) the worker
@@ -28,12 +30,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from mrbench.core.cell_protocol import EXIT_CODES, STATUSES, CellPayload, WorkerOutcome
 from mrbench.core.errors import UserError
+from mrbench.core.records import RecordError
 from mrbench.core.registry import import_target
 from mrbench.engine.processes.threads import apply_threads
 from mrbench.sweeps.cell import Cell, CellContext
 
-EXIT_FINISHED, EXIT_FAILED, EXIT_KILLED = 0, 1, 130
+EXIT_FINISHED, EXIT_FAILED, EXIT_KILLED = (EXIT_CODES[status] for status in STATUSES)
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -113,61 +117,61 @@ def failure_status(exc: Exception) -> str:
 def cell_payload(
     cell: Cell, ctx: CellContext, fn_path: str, threads: int, result: Path | None
 ) -> dict[str, Any]:
-    """What a worker (process or Ray task) needs to run ``cell``: JSON-ready.
+    """:func:`payload_of`'s JSON: what a worker process or Ray task is handed."""
+    return payload_of(cell, ctx, fn_path, threads, result).to_json()
+
+
+def payload_of(cell: Cell, ctx: CellContext, fn_path: str, threads: int, result: Path | None) -> CellPayload:
+    """What a worker (process or Ray task) needs to run ``cell``.
 
     ``fn_path`` is the cell function's ``"module:attr"``; ``threads`` the worker's thread budget;
     ``result`` where :func:`main` writes the outcome (None for a Ray task, which returns it).
     """
-    spec_cls = type(cell.spec)
-    return {
-        "processes_per_cell": getattr(ctx, "processes_per_cell", 1),
-        "distributed": getattr(ctx, "distributed", "ddp"),
-        "spec": cell.spec.to_dict(),
-        "spec_class": f"{spec_cls.__module__}:{spec_cls.__qualname__}",
-        "cell_fn": fn_path,
+    kwargs = {
         "tracking_uri": ctx.tracking_uri,
         "experiment": ctx.experiment,
         "parent_run_id": ctx.parent_run_id,
         "sweep": ctx.sweep,
-        "threads": threads,
-        "result": str(result) if result else None,
-        "parent_pid": os.getpid(),
+        "progress": False,
     }
+    return CellPayload.of(
+        cell.spec,
+        fn_path,
+        kwargs,
+        threads=threads,
+        processes_per_cell=getattr(ctx, "processes_per_cell", 1),
+        distributed=getattr(ctx, "distributed", "ddp"),
+        result=str(result) if result else None,
+        parent_pid=os.getpid(),
+    )
 
 
-def run_payload(payload: dict[str, Any], *, fork_ranks: bool = False) -> dict[str, Any]:
-    """Run the cell described by ``payload``; return ``{"status", "run_id", "wall_s", "error"}``.
+def run_payload(payload: CellPayload, *, fork_ranks: bool = False) -> WorkerOutcome:
+    """Run the cell described by ``payload``; return how it ended.
 
     ``fork_ranks``: a multi-process cell's ranks may be forked from this process where that is safe
     (:mod:`mrbench.engine.processes.rank_fork`): a worker process of its own, not a Ray task (whose worker
     holds threads). KeyboardInterrupt propagates (the cell function has ended its run KILLED).
     """
-    threads = int(payload.get("threads") or 0)
+    threads = payload.threads
     if threads:  # before the cell function imports torch: its pool starts at this size
         apply_threads(threads, given=True)
-    spec_cls = import_target(payload["spec_class"])
-    cell_fn = import_target(payload["cell_fn"])
+    spec_cls = import_target(payload.spec_class)
+    cell_fn = import_target(payload.cell_fn)
     if threads:  # a cell function module that imported torch already: resize its pool
         apply_threads(threads, given=True)
-    spec = spec_cls.from_dict(payload["spec"])
+    spec = spec_cls.from_dict(payload.spec)
     started = time.perf_counter()
-    kwargs = {
-        "tracking_uri": payload["tracking_uri"],
-        "experiment": payload["experiment"],
-        "parent_run_id": payload.get("parent_run_id"),
-        "sweep": payload.get("sweep"),
-        "progress": False,
-    }
-    processes = int(payload.get("processes_per_cell") or 1)
+    kwargs = payload.cell_kwargs()
     try:
-        if processes > 1:
+        if payload.processes_per_cell > 1:
             from mrbench.engine.processes.distributed import launch_cell
 
             outcome = launch_cell(
                 spec,
-                processes=processes,
-                distributed=payload.get("distributed") or "ddp",
-                cell_fn=payload["cell_fn"],
+                processes=payload.processes_per_cell,
+                distributed=payload.distributed or "ddp",
+                cell_fn=payload.cell_fn,
                 threads=threads,
                 fork=fork_ranks,
                 **kwargs,
@@ -179,18 +183,12 @@ def run_payload(payload: dict[str, Any], *, fork_ranks: bool = False) -> dict[st
         raise
     except Exception as exc:
         traceback.print_exc()  # into the cell's log file
-        return {
-            "status": failure_status(exc),
-            "run_id": None,
-            "wall_s": time.perf_counter() - started,
-            "error": f"{type(exc).__name__}: {exc}"[:2000],
-        }
-    return {
-        "status": getattr(result, "status", "FINISHED"),
-        "run_id": getattr(result, "run_id", None),
-        "wall_s": time.perf_counter() - started,
-        "error": None,
-    }
+        return WorkerOutcome(
+            failure_status(exc), None, time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:2000]
+        )
+    return WorkerOutcome(
+        getattr(result, "status", "FINISHED"), getattr(result, "run_id", None), time.perf_counter() - started
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,35 +197,43 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m mrbench.sweeps.cell_process PAYLOAD.json", file=sys.stderr)
         return 2
-    payload = json.loads(Path(args[0]).read_text())
-    parent = payload.get("parent_pid")
-    return run_worker(payload, int(parent) if parent else None)
+    return run_worker(read_payload(Path(args[0])))
 
 
-def run_worker(payload: dict[str, Any], parent_pid: int | None) -> int:
+def read_payload(path: Path) -> CellPayload:
+    """The payload in file ``path`` (:class:`~mrbench.core.records.RecordError` when it is not one)."""
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise RecordError(f"cell payload {path} is not JSON ({exc})") from None
+    return CellPayload.from_json(data, f"cell payload {path}")
+
+
+def run_worker(payload: CellPayload, parent_pid: int | None = None) -> int:
     """Run ``payload``'s cell as this whole process's work and return its exit code: 0 FINISHED,
-    1 FAILED, 130 KILLED; the result goes to ``payload["result"]`` when it names a file.
+    1 FAILED, 130 KILLED; the outcome goes to ``payload.result`` when it names a file.
 
-    ``parent_pid``: the process this one must not outlive (the sweep for ``python -m``, the cell
-    server for a forked cell, :mod:`mrbench.sweeps.cell_server`); None: no watch.
+    ``parent_pid``: the process this one must not outlive (default: the payload's: the sweep for
+    ``python -m``; the cell server for a forked cell, :mod:`mrbench.sweeps.cell_server`); None in
+    both: no watch.
     """
     # SIGINT is how a sweep stops its workers (explicitly, and as the parent-death signal). A
     # sweep started in the background inherits SIGINT ignored and passes that on; without this,
     # a worker would outlive a killed sweep and finish its cell a second time after a resume.
     for sig in STOP_SIGNALS:
         signal.signal(sig, _interrupt_once)
-    if parent_pid:
-        _die_with_parent(parent_pid)
-    result_path = Path(payload["result"]) if payload.get("result") else None
+    watched = parent_pid or payload.parent_pid
+    if watched:
+        _die_with_parent(watched)
     try:
-        result = run_payload(payload, fork_ranks=True)  # this process is the cell's alone
+        outcome = run_payload(payload, fork_ranks=True)  # this process is the cell's alone
     except KeyboardInterrupt:
-        result = {"status": "KILLED", "run_id": None, "wall_s": 0.0, "error": "interrupted"}
-    if result_path is not None:
-        result_path.write_text(json.dumps(result))
-    if result["status"] == "FAILED":
-        print(f"cell failed: {result['error']}", file=sys.stderr)
-    return {"FINISHED": EXIT_FINISHED, "KILLED": EXIT_KILLED}.get(result["status"], EXIT_FAILED)
+        outcome = WorkerOutcome("KILLED", None, 0.0, "interrupted")
+    if payload.result:
+        Path(payload.result).write_text(json.dumps(outcome.to_json()))
+    if outcome.status == "FAILED":
+        print(f"cell failed: {outcome.error}", file=sys.stderr)
+    return outcome.exit_code
 
 
 if __name__ == "__main__":

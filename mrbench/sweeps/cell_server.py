@@ -376,10 +376,10 @@ def _become_cell(request: dict[str, Any], server_pid: int, reply_fd: int) -> NoR
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])  # the cell's threads, GPUs and tokenizers setting
-        from mrbench.sweeps.cell_process import run_worker
+        from mrbench.sweeps.cell_process import read_payload, run_worker
 
-        payload = json.loads(Path(request["payload"]).read_text())
-        _resize_blas(int(payload.get("threads") or 0))
+        payload = read_payload(Path(request["payload"]))
+        _resize_blas(payload.threads)
         code = run_worker(payload, server_pid)
     except BaseException:  # whatever happens, the child must not return into the server
         traceback.print_exc()

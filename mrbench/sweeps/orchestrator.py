@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mrbench.core.cell_protocol import DEFAULT_CELL_FN
 from mrbench.core.errors import UserError
 from mrbench.core.registry import import_target
 from mrbench.engine.config import CellOptions, RunSpec
@@ -41,7 +42,6 @@ from mrbench.engine.runs.console import verbose
 from mrbench.engine.training.cpu_logprob import fold_setting
 from mrbench.store.claims import Heartbeat
 from mrbench.sweeps.cell import (
-    DEFAULT_CELL_FN,
     SKIPPED,
     Cell,
     CellContext,

@@ -3,8 +3,9 @@
 ``mrbench run --processes-per-cell N [--distributed ddp|fsdp|zero3]`` (and ``processes_per_cell`` /
 ``distributed`` in a sweep) runs a cell like this:
 
-1. The launcher (the ``mrbench run`` process, or a sweep's cell process) writes a payload (the
-   spec, the cell function's ``"module:attr"``, its keyword arguments) and runs
+1. The launcher (the ``mrbench run`` process, or a sweep's cell process) writes a payload (a
+   :class:`~mrbench.core.cell_protocol.CellPayload`: the spec, the cell function's
+   ``"module:attr"``, its keyword arguments) and runs
    :func:`launch_command`: ``python -m accelerate.commands.launch --config_file <preset>
    --num_processes N --num_machines 1 --main_process_port <free port> -m mrbench.engine.processes.distributed
    PAYLOAD``. The presets are package data (``accelerate_configs/{ddp,fsdp,zero3}.yaml``); ``ddp``
@@ -47,6 +48,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from mrbench.core.cell_protocol import DEFAULT_CELL_FN, CellPayload, RankEnd
 from mrbench.core.errors import UserError
 from mrbench.core.ranks import is_main_process, rank, world_size
 from mrbench.core.registry import import_target
@@ -59,7 +61,6 @@ DISTRIBUTED = ("ddp", "fsdp", "zero3")
 """The shipped ``accelerate`` presets (``--distributed``); ``ddp`` is the default."""
 GPU_ONLY = ("zero3",)
 WORKER_MODULE = "mrbench.engine.processes.distributed"
-DEFAULT_CELL_FN = "mrbench.engine.cell.runner:run_cell"
 STOP_GRACE_S = 60.0  # how long ranks may take to end their run KILLED after a stop signal
 
 
@@ -276,32 +277,29 @@ def launch_cell(
         # An earlier attempt's record: the cell function only logs it and trains nothing, so it
         # runs here (ranks > 0 would not see the record once rank 0 had removed it, and train).
         return _jsonable_result(import_target(cell_fn)(spec, **kwargs))
-    spec_cls = type(spec)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     if threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[var] = str(max(1, threads // processes))
     with tempfile.TemporaryDirectory(prefix="mrbench-cell-") as tmp:
         payload, result = Path(tmp) / "payload.json", Path(tmp) / "result.json"
-        payload.write_text(
-            json.dumps(
-                {
-                    "spec": spec.to_dict(),
-                    "spec_class": f"{spec_cls.__module__}:{spec_cls.__qualname__}",
-                    "cell_fn": cell_fn,
-                    "kwargs": kwargs,
-                    "result": str(result),
-                    "launcher_pid": os.getpid(),  # the ranks stop when it dies (_stop_with_launcher)
-                }
-            )
+        rank_payload = CellPayload.of(
+            spec,
+            cell_fn,
+            kwargs,
+            threads=threads,
+            processes_per_cell=processes,
+            distributed=distributed,
+            result=str(result),
+            parent_pid=os.getpid(),  # the ranks stop when it dies (_stop_with_launcher)
         )
+        payload.write_text(json.dumps(rank_payload.to_json()))
         port = free_port()
         if fork and can_fork(distributed):
             config = preset_config(distributed)
             environments = rank_environments(processes, config, payload, port=port, base=env)
             code = fork_ranks(environments, lambda: main([str(payload)]), log=log, grace_s=STOP_GRACE_S)
-            ends = [json.loads(path.read_text()) for path in sorted(Path(tmp).glob("result*.json"))]
-            return _outcome(ends, code, processes)
+            return _outcome(_rank_ends(Path(tmp)), code, processes)
         command = launch_command(processes, distributed, payload, port=port)
         out = log.open("ab") if log is not None else None
         try:
@@ -315,25 +313,33 @@ def launch_cell(
         finally:
             if out is not None:
                 out.close()
-        ends = [json.loads(path.read_text()) for path in sorted(Path(tmp).glob("result*.json"))]
+        ends = _rank_ends(Path(tmp))
     return _outcome(ends, code, processes)
 
 
-def _outcome(ends: list[dict[str, Any]], code: int, processes: int) -> dict[str, Any]:
+def _rank_ends(folder: Path) -> list[RankEnd]:
+    """What the ranks wrote to ``folder`` (:func:`main`): rank 0's end first, then the others'."""
+    return [
+        RankEnd.from_json(json.loads(path.read_text()), f"rank end {path.name}")
+        for path in sorted(folder.glob("result*.json"))
+    ]
+
+
+def _outcome(ends: list[RankEnd], code: int, processes: int) -> dict[str, Any]:
     """The cell's result from what its ranks wrote (:func:`main`), or the exception that ended it:
     rank 0's result when the launch succeeded, else the first rank's error (a :class:`UserError`
     stays one, and a rank's :class:`~mrbench.store.faults.OutOfRoom` is raised first), else
     KeyboardInterrupt when a rank was stopped."""
-    results = [end["result"] for end in ends if "result" in end]
+    results = [dict(end.result) for end in ends if end.result is not None]
     if results and not code:
         return results[0]
-    errors = [end for end in ends if "error" in end]
-    room = next((end["out_of_room"] for end in errors if end.get("out_of_room")), None)
+    errors = [end for end in ends if end.error is not None]
+    room = next((end.out_of_room for end in errors if end.out_of_room), None)
     if room is not None:  # a full disk in any rank: its run ended KILLED, to be resumed
         raise OutOfRoom(*room)
     if errors:
-        raise (UserError if errors[0]["user_error"] else RuntimeError)(errors[0]["error"])
-    if any(end.get("interrupted") for end in ends):
+        raise (UserError if errors[0].user_error else RuntimeError)(errors[0].error)
+    if any(end.interrupted for end in ends):
         raise KeyboardInterrupt
     raise RuntimeError(f"the cell's {processes} processes exited with code {code}")
 
@@ -392,47 +398,50 @@ def _stop_with_launcher(pid: int, every_s: float = 0.5) -> None:
 def main(argv: list[str] | None = None) -> int:
     """One rank: ``python -m mrbench.engine.processes.distributed PAYLOAD.json`` (see :func:`launch_cell`).
 
-    Exit codes: 0 done, 1 failed, 130 stopped (its run ended KILLED). Rank 0 writes
-    ``{"result": ...}``, ``{"error": "Type: message", "user_error": bool}`` or
-    ``{"interrupted": true}`` to the payload's ``result`` file (``result.json``); another rank
-    writes only an error or an interruption, to ``result-rank<r>.json`` next to it.
+    Exit codes: 0 done, 1 failed, 130 stopped (its run ended KILLED). Rank 0 writes its
+    :class:`~mrbench.core.cell_protocol.RankEnd` (its result, an error or an interruption) to the
+    payload's ``result`` file (``result.json``); another rank writes only an error or an
+    interruption, to ``result-rank<r>.json`` next to it.
     """
-    from mrbench.core.interrupts import stop_signals_interrupt
     from mrbench.engine.processes.sharding import adapt_accelerate
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m mrbench.engine.processes.distributed PAYLOAD.json", file=sys.stderr)
         return 2
-    payload = json.loads(Path(args[0]).read_text())
-    if payload.get("launcher_pid"):
-        _stop_with_launcher(int(payload["launcher_pid"]))
+    path = Path(args[0])
+    payload = CellPayload.from_json(json.loads(path.read_text()), f"rank payload {path}")
+    if payload.parent_pid:
+        _stop_with_launcher(payload.parent_pid)
     adapt_accelerate()  # FSDP on a CPU, gradients reduced in float32 (mrbench.engine.processes.sharding)
-    written: dict[str, Any] | None = None
-    code = 0
+    end, code = _run_rank(payload)
+    if (is_main_process() or code) and payload.result:  # one result, from rank 0; every rank's own failure
+        result = Path(payload.result)
+        name = f"{result.stem}{'' if is_main_process() else f'-rank{rank()}'}.json"
+        result.with_name(name).write_text(json.dumps(end.to_json()))
+    return code
+
+
+def _run_rank(payload: CellPayload) -> tuple[RankEnd, int]:
+    """Run this rank's share of ``payload``'s cell: how it ended, and the rank's exit code."""
+    from mrbench.core.interrupts import stop_signals_interrupt
+
     with stop_signals_interrupt():
         try:
-            spec = import_target(payload["spec_class"]).from_dict(payload["spec"])
-            result = import_target(payload["cell_fn"])(spec, **payload["kwargs"])
-            written = {"result": _jsonable_result(result)}
+            spec = import_target(payload.spec_class).from_dict(payload.spec)
+            result = import_target(payload.cell_fn)(spec, **payload.cell_kwargs())
+            return RankEnd(result=_jsonable_result(result)), 0
         except KeyboardInterrupt:
-            written, code = {"interrupted": True}, 130
+            return RankEnd(interrupted=True), 130
         except Exception as exc:
             import traceback
 
             traceback.print_exc()
-            written = {"error": f"{type(exc).__name__}: {exc}", "user_error": isinstance(exc, UserError)}
-            if isinstance(exc, UserError):
-                written["error"] = str(exc)
-            if isinstance(exc, OutOfRoom):  # the run ended KILLED: the launcher says so too
-                written["out_of_room"] = [exc.errno, exc.strerror, exc.filename]
-            code = 1
-    if is_main_process() or code:  # one result, from rank 0; every rank's own failure
-        path = Path(payload["result"])
-        path.with_name(f"{path.stem}{'' if is_main_process() else f'-rank{rank()}'}.json").write_text(
-            json.dumps(written)
-        )
-    return code
+            user_error = isinstance(exc, UserError)
+            room = (exc.errno, exc.strerror, exc.filename) if isinstance(exc, OutOfRoom) else None
+            error = str(exc) if user_error else f"{type(exc).__name__}: {exc}"
+            # out_of_room: the run ended KILLED; the launcher says so too
+            return RankEnd(error=error, user_error=user_error, out_of_room=room), 1
 
 
 if __name__ == "__main__":

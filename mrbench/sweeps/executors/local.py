@@ -21,10 +21,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
+from mrbench.core.cell_protocol import WorkerOutcome
+from mrbench.core.records import RecordError
 from mrbench.engine.processes.devices import pin_for_cell
 from mrbench.engine.processes.threads import thread_env, threads_for
 from mrbench.engine.runs.console import verbose
@@ -245,19 +246,19 @@ _STOPPING = (signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signa
 
 def _process_outcome(cell: Cell, code: int, result: Path, wall_s: float, log: str) -> CellOutcome:
     """The outcome a worker wrote to ``result``, or, if it wrote none, the one its exit code tells."""
-    data: dict[str, Any] = {}
+    written: WorkerOutcome | None = None
     if result.exists():
         try:
-            data = json.loads(result.read_text())
-        except json.JSONDecodeError:
-            data = {}
+            written = WorkerOutcome.from_json(json.loads(result.read_text()), f"cell outcome {result}")
+        except (ValueError, RecordError):  # cut short or damaged: the exit code tells
+            written = None
     by_code = {EXIT_FINISHED: "FINISHED", EXIT_KILLED: "KILLED"} | {-int(s): "KILLED" for s in _STOPPING}
-    status = data.get("status") or by_code.get(code, "FAILED")
-    error = data.get("error")
+    status = written.status if written else by_code.get(code, "FAILED")
+    error = written.error if written else None
     if status != "FINISHED" and not error:
         signame = f" ({signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals() else ""
         error = f"worker exited with code {code}{signame}; see {log}"
-    return CellOutcome(cell, status, data.get("run_id"), wall_s, error)
+    return CellOutcome(cell, status, written.run_id if written else None, wall_s, error)
 
 
 def end_dead_cell_runs(ctx: CellContext, outcome: CellOutcome, retry_s: float = 10.0) -> list[str]:

@@ -30,8 +30,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from mrbench.core.cell_protocol import CellPayload, WorkerOutcome
 from mrbench.core.env import PREFIX
 from mrbench.core.errors import UserError
+from mrbench.core.records import RecordError
 from mrbench.engine.processes.devices import ray_gpus
 from mrbench.engine.processes.threads import threads_for
 from mrbench.store.client import tracking_client
@@ -56,8 +58,9 @@ def _import_ray() -> Any:
 
 
 def _ray_cell(payload: dict[str, Any]) -> dict[str, Any]:
-    """The Ray task body: run one cell from its payload (see :mod:`mrbench.sweeps.cell_process`)."""
-    return run_payload(payload)
+    """The Ray task body: run one cell from its payload (a :class:`CellPayload`'s JSON, see
+    :mod:`mrbench.sweeps.cell_process`); return its :class:`WorkerOutcome`'s JSON."""
+    return run_payload(CellPayload.from_json(payload, "the cell's Ray task payload")).to_json()
 
 
 def _is_shared_uri(uri: str) -> bool:
@@ -198,9 +201,11 @@ def _outcome(ray: Any, ref: Any, cell: Cell, wall_s: float) -> CellOutcome:
         return CellOutcome(cell, status, None, wall_s, error_text(cause))
     except ray.exceptions.RayError as exc:  # the worker process or its node died
         return CellOutcome(cell, "FAILED", None, wall_s, error_text(exc))
-    return CellOutcome(
-        cell, data["status"], data.get("run_id"), data.get("wall_s", wall_s), data.get("error")
-    )
+    try:
+        ended = WorkerOutcome.from_json(data, "the cell's Ray task outcome")
+    except RecordError as exc:
+        return CellOutcome(cell, "FAILED", None, wall_s, str(exc))
+    return CellOutcome(cell, ended.status, ended.run_id, ended.wall_s, ended.error)
 
 
 def _end_lost_runs(ctx: CellContext, cell: Cell, error: str) -> None:
