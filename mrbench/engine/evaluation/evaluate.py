@@ -1,10 +1,11 @@
 """Evaluate a model on a task: the one evaluation a cell runs, and ``mrbench eval`` around it.
 
-:func:`evaluate_model` is *the* evaluation of a model: the task's own ``evaluate`` (lm-eval for the
-single-turn tasks, the multi-turn episode runner for agent security) with greedy generation on the
-first ``limit`` eval samples. A cell (:mod:`mrbench.engine.cell.runner`) calls it before and after
-training; :func:`run_eval` calls it on any model and logs one MLflow run (the "evaluation" section
-of :mod:`mrbench.core.layout`).
+:func:`~mrbench.engine.evaluation.policy.evaluate_policy` is *the* evaluation of a model: the task's
+own ``evaluate`` (lm-eval for the single-turn tasks, the multi-turn episode runner for agent
+security) with greedy generation on the first ``limit`` eval samples, under the precision's
+autocast (:mod:`mrbench.engine.evaluation.policy`). A cell (:mod:`mrbench.engine.cell.runner`)
+calls it before and after training; :func:`run_eval` calls it on any model and logs one MLflow run
+(the "evaluation" section of :mod:`mrbench.core.layout`).
 
 What :func:`run_eval` evaluates (an :class:`EvalSpec`):
 
@@ -38,7 +39,8 @@ What :func:`run_eval` evaluates (an :class:`EvalSpec`):
 ``samples`` K
     for a task with an ``n_sampled`` setting (code-generation): K completions sampled per problem
     at temperature 1 and the seed, giving the unbiased pass@1 (``sampled_pass_at_1``), pass@4 when
-    K >= 4 and pass@K (:func:`with_pass_at_k`), beside the greedy metrics (``pass_at_1``, …).
+    K >= 4 and pass@K (:func:`~mrbench.engine.evaluation.policy.with_pass_at_k`), beside the greedy
+    metrics (``pass_at_1``, …).
     Default 1. Any other task evaluates greedy completions only, and K > 1 is refused.
 ``seed``
     the task's ``seed`` setting (code-generation: its sampled completions; the procedural data
@@ -307,7 +309,8 @@ def run_eval(
     experiment: str = layout.EVAL_EXPERIMENT,
     tracking_retry_s: float | None = None,
 ) -> EvalReport:
-    """Evaluate ``spec.model`` on ``spec.task`` through :func:`evaluate_model` and log one MLflow run.
+    """Evaluate ``spec.model`` on ``spec.task`` through
+    :func:`~mrbench.engine.evaluation.policy.evaluate_policy` and log one MLflow run.
 
     Everything a user can get wrong is checked before the run is created (module docstring). The
     run ends FINISHED once its metrics and the ``eval/samples.jsonl`` artifact are logged, KILLED

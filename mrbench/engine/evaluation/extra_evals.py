@@ -9,8 +9,8 @@
 Once a sweep's cells have run (and again on every later invocation of the same sweep), each
 FINISHED cell of a task with extra datasets has its *saved policy* (``checkpoint_dir``, see
 :mod:`mrbench.engine.cell.checkpoints`) evaluated on each of them that its run has no metrics for yet,
-through the code of ``mrbench eval`` (:mod:`mrbench.engine.evaluation.evaluate`: the same settings, model
-loading and :func:`~mrbench.engine.evaluation.evaluate.evaluate_model`). The metrics go into the cell's own
+through the code of ``mrbench eval`` (:mod:`mrbench.engine.evaluation.evaluate`: the same settings; model
+loading and evaluation through :mod:`mrbench.engine.evaluation.policy`). The metrics go into the cell's own
 run (:mod:`mrbench.core.layout`, "extra evaluations"):
 
 - ``eval_extra/<dataset>/<metric>`` at the cell's last step: the trained policy;
