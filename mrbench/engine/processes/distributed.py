@@ -54,6 +54,7 @@ from mrbench.core.ranks import is_main_process, rank, world_size
 from mrbench.core.registry import import_target
 from mrbench.core.results_layout import CellPaths
 from mrbench.engine.processes.rank_fork import can_fork, fork_ranks, rank_environments
+from mrbench.engine.processes.threads import thread_env
 from mrbench.store.faults import OutOfRoom
 from mrbench.store.local import results_dir
 
@@ -278,9 +279,8 @@ def launch_cell(
         # runs here (ranks > 0 would not see the record once rank 0 had removed it, and train).
         return _jsonable_result(import_target(cell_fn)(spec, **kwargs))
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    if threads:
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            env[var] = str(max(1, threads // processes))
+    if threads:  # the cell's budget shared by its ranks, set as every child's (threads.thread_env)
+        env.update(thread_env(max(1, threads // processes)))
     with tempfile.TemporaryDirectory(prefix="mrbench-cell-") as tmp:
         payload, result = Path(tmp) / "payload.json", Path(tmp) / "result.json"
         rank_payload = CellPayload.of(
