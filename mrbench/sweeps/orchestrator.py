@@ -53,7 +53,8 @@ from mrbench.sweeps.cell import (
 )
 from mrbench.sweeps.cell_process import check_processes_per_cell
 from mrbench.sweeps.claims import CellClaims
-from mrbench.sweeps.executors.local import run_processes, run_sequential, slug
+from mrbench.sweeps.executors import executor_for
+from mrbench.sweeps.executors.local import slug
 from mrbench.sweeps.grid import Grid, expand_grid, print_grid
 from mrbench.sweeps.parent import finish_parent_run, kill_running_children, start_parent_run
 from mrbench.sweeps.progress import SweepProgress
@@ -166,10 +167,11 @@ def run_sweep(
     lab = _SweepLab(spec, uri) if write_report and spec.lab else None
     with _parent_run(store, parent, progress, outcome, len(todo), console):
         ctx = _cell_context(spec, store, parent, cell_fn)
-        if lab is not None and _cells_elsewhere(spec, workers):
+        executor = executor_for(spec, workers)
+        if lab is not None and executor.elsewhere:
             lab.start()
         try:
-            for result in _run_cells(spec, todo, ctx, workers, progress):
+            for result in executor.run(todo, ctx, progress):
                 (outcome.held if result.status == SKIPPED else outcome.outcomes).append(result)
             progress.close()
             _print_cells_left(spec.name, outcome, console)
@@ -298,10 +300,11 @@ def _check_cells(spec: SweepSpec, todo: list[Cell], cell_fn: CellFn | None) -> t
     when workers could not import the function or the cells' processes cannot train them."""
     cell_fn = cell_fn or import_target(DEFAULT_CELL_FN)
     workers = min(spec.workers, max(1, len(todo)))
-    if workers > 1 or spec.processes_per_cell > 1 or spec.executor == "ray":
+    executor = executor_for(spec, workers)
+    if executor.elsewhere:
         callable_path(cell_fn)  # workers import it by path
     # On Ray the cells check their node's GPUs themselves: this machine may have none (a head node).
-    check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed, here=spec.executor != "ray")
+    check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed, here=executor.checks_gpus_here)
     malloc_setting()  # malformed $MRBENCH_MALLOC or $MRBENCH_CPU_FOLD: the user's to fix, before
     fold_setting()  # any cell reads them
     return cell_fn, workers
@@ -354,26 +357,6 @@ def _cell_context(spec: SweepSpec, store: _Store, parent: str, cell_fn: CellFn) 
     return replace(ctx, processes_per_cell=spec.processes_per_cell, distributed=spec.distributed)
 
 
-def _run_cells(
-    spec: SweepSpec, todo: list[Cell], ctx: CellContext, workers: int, progress: SweepProgress
-) -> list[CellOutcome]:
-    """Run ``todo`` on the sweep's executor: Ray, worker processes, or one after another here."""
-    if spec.executor == "ray":
-        from mrbench.sweeps.executors.ray import run_ray
-
-        return run_ray(
-            todo,
-            ctx,
-            progress,
-            address=spec.ray_address,
-            gpus_per_cell=spec.gpus_per_cell,
-            cpus_per_cell=spec.cpus_per_cell,
-        )
-    if workers > 1 or spec.processes_per_cell > 1:  # a multi-process cell starts from a worker
-        return run_processes(todo, ctx, workers, progress)
-    return run_sequential(todo, ctx, progress)
-
-
 def _print_cells_left(name: str, outcome: SweepOutcome, console: Any) -> None:
     """The cells that did not finish, and those left to another invocation of the sweep."""
     failed = outcome.failed
@@ -402,11 +385,6 @@ def _describe_lab(spec: SweepSpec, report: bool, console: Any) -> None:
 
     line = describe(plan(spec.lab, spec.methods, spec.method_params, spec.lab_seeds))
     console.print(line + ("" if report or not spec.lab else "; not run: the report is off"), highlight=False)
-
-
-def _cells_elsewhere(spec: SweepSpec, workers: int) -> bool:
-    """Whether the cells run in other processes (worker processes or Ray), not in this one."""
-    return spec.executor == "ray" or workers > 1 or spec.processes_per_cell > 1
 
 
 class _SweepLab:
