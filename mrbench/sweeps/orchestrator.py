@@ -175,7 +175,7 @@ def run_sweep(
                 (outcome.held if result.status == SKIPPED else outcome.outcomes).append(result)
             progress.close()
             _print_cells_left(spec.name, outcome, console)
-            if spec.eval:  # the extra datasets, on every FINISHED cell's saved policy (engine.extra_evals)
+            if spec.eval:  # the extra datasets, on each FINISHED cell's saved policy (evaluation.extra_evals)
                 from mrbench.engine.evaluation.extra_evals import run_extra_evals
 
                 cells = [c.spec for c in grid.cells]

@@ -107,7 +107,7 @@ class AgentSecurityTask(Task):
     after any tool result (safe, but clean utility falls in every seed); at 1e-4 the attack
     success rate still falls to about 0 and clean utility holds (``docs/benchmarks.md``)."""
     demos_keep_final_line = True
-    """The tiny warm start keeps every demonstrated turn whole (``engine.tiny.collect_demonstrations``):
+    """The tiny warm start keeps every demonstrated turn whole (``models.tiny.collect_demonstrations``):
     an episode needs each of its 2–4 turns well formed, so leaving closing lines out would leave
     utility and attack success near 0 at the start and GRPO nothing to learn but the format."""
 
