@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core.errors import UserError
+from mrbench.kit import children
 
 
 class LabWriterError(RuntimeError):
@@ -246,11 +247,9 @@ class LabWriter:
             _send(self._conn, None)
         except OSError:
             pass  # the child is gone
-        try:
-            self._proc.wait(timeout=60)  # it may finish a request first; its answer goes unread
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        # No signal first: the None sent asked it to end. It may finish a request first (its answer
+        # goes unread); SIGKILL after 60 s.
+        children.stop(self._proc, None, grace_s=60)
         self._conn.close()
 
 

@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -35,6 +34,7 @@ from mrbench.core.errors import UserError
 from mrbench.core.records import RecordError
 from mrbench.core.registry import import_target
 from mrbench.engine.processes.threads import apply_threads
+from mrbench.kit.children import die_with_parent
 from mrbench.sweeps.cell import Cell, CellContext
 
 EXIT_FINISHED, EXIT_FAILED, EXIT_KILLED = (EXIT_CODES[status] for status in STATUSES)
@@ -49,7 +49,7 @@ def _interrupt_once(signum: int, frame: Any) -> None:
     SIGTERM reaches a worker directly when a scheduler (SLURM, Kubernetes, ``docker stop``)
     signals every process of the job; its run must end KILLED then too, not stay RUNNING.
 
-    A worker often gets two: the parent-death signal and the parent watcher below both send
+    A worker often gets two: the parent-death signal and its parent watch (die_with_parent) both send
     one, and a Ctrl-C reaches the sweep's whole process group while the sweep also signals its
     workers. A second KeyboardInterrupt would land inside the handler that ends the run KILLED
     and leave it RUNNING in the store.
@@ -57,29 +57,6 @@ def _interrupt_once(signum: int, frame: Any) -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Deliver SIGINT to this process when ``parent_pid`` exits."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            pr_set_pdeathsig = 1
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGINT)
-        except OSError:
-            pass
-
-    # Portable fallback (and for a parent that died before prctl took effect): poll the parent.
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent_pid:
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(30)  # the run is being ended KILLED; if that hangs, give up hard
-                os._exit(130)
-            time.sleep(0.5)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 def check_processes_per_cell(
@@ -224,7 +201,8 @@ def run_worker(payload: CellPayload, parent_pid: int | None = None) -> int:
         signal.signal(sig, _interrupt_once)
     watched = parent_pid or payload.parent_pid
     if watched:
-        _die_with_parent(watched)
+        # SIGINT: the run ends KILLED, as on Ctrl-C; the watch gives up after 30 s with exit 130.
+        die_with_parent(watched, signal.SIGINT, give_up_s=30.0, exit_code=EXIT_KILLED)
     try:
         outcome = run_payload(payload, fork_ranks=True)  # this process is the cell's alone
     except KeyboardInterrupt:

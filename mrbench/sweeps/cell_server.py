@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from mrbench.core.env import CELL_SERVER
+from mrbench.kit.children import die_with_parent, parent_alive, stop
 
 SERVER_ENV = {
     "OPENBLAS_NUM_THREADS": "1",  # OpenBLAS starts its pool when numpy loads it: a thread
@@ -307,11 +308,7 @@ class CellServer:
                 self.proc.stdin.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc, None, grace_s=grace_s)  # no signal first: EOF asked it to end
         os.close(self._replies)
 
 
@@ -325,14 +322,9 @@ def _exit_now(signum: int, frame: Any) -> None:
 
 def _die_with(sweep_pid: int) -> None:
     """SIGINT to this process when the sweep exits (and exit now if it already has)."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-    if os.getppid() != sweep_pid:
+    # No watch thread: the server forks, and must stay single-threaded (_unsafe_to_fork); _serve
+    # checks the parent between requests instead.
+    if not die_with_parent(sweep_pid, signal.SIGINT, watch=False):
         os._exit(130)
 
 
@@ -446,7 +438,7 @@ def _serve(sweep_pid: int, reply_fd: int, buffer: bytes = b"") -> None:
     children: set[int] = set()
     closing = False
     while not closing or children:
-        if os.getppid() != sweep_pid:  # the sweep died before the parent-death signal took effect
+        if not parent_alive(sweep_pid):  # the sweep died before the parent-death signal took effect
             os._exit(130)
         readable = [] if closing else select.select([0], [], [], POLL_S)[0]
         if closing:

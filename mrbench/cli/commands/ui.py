@@ -33,6 +33,7 @@ from typing import Annotated, Any, TextIO
 import typer
 
 from mrbench.core import layout, limits
+from mrbench.kit.children import stop
 from mrbench.store.runs import iter_runs
 from mrbench.store.uri import missing_sqlite_store
 
@@ -311,30 +312,4 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
 
     The group, not only ``proc``: a server worker that outlives its parent would keep the port.
     """
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        proc.poll()
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        proc.poll()  # reap the leader, so that an exited group reads as gone
-        if not _group_alive(proc.pid):
-            return
-        time.sleep(0.1)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _group_alive(pgid: int) -> bool:
-    """True while some process of group ``pgid`` exists (signal 0 checks without sending)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    stop(proc, signal.SIGTERM, grace_s=grace_s, group=True, whole_group=True)

@@ -41,8 +41,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
@@ -55,6 +53,7 @@ from mrbench.core.registry import import_target
 from mrbench.core.results_layout import CellPaths
 from mrbench.engine.processes.rank_fork import can_fork, fork_ranks, rank_environments
 from mrbench.engine.processes.threads import thread_env
+from mrbench.kit.children import die_with_parent, stop
 from mrbench.store.faults import OutOfRoom
 from mrbench.store.local import results_dir
 
@@ -346,14 +345,7 @@ def _outcome(ends: list[RankEnd], code: int, processes: int) -> dict[str, Any]:
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGINT to the launcher and every rank (their runs end KILLED), SIGKILL if they take too long."""
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
+    stop(proc, signal.SIGINT, grace_s=STOP_GRACE_S, group=True)  # the launcher leads the group
 
 
 # ---------------------------------------------------------------------------------- one rank
@@ -365,34 +357,15 @@ def _jsonable_result(result: Any) -> dict[str, Any]:
     return dict(getattr(result, "__dict__", {}))
 
 
-def _launcher_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (not one that ended and waits for its parent to reap it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True  # no /proc: the signal test above is all there is
-
-
 def _stop_with_launcher(pid: int, every_s: float = 0.5) -> None:
     """Stop this rank as on Ctrl-C (its run ends KILLED) when its launcher ``pid`` is gone, and end it
     :data:`STOP_GRACE_S` later if that hangs: a launcher killed with SIGKILL (``mrbench run``, a
     sweep's worker) must not leave ranks training as orphans, and ``accelerate launch`` between the
     two, in a session of its own, would not stop them. Watched from a daemon thread."""
-
-    def watch() -> None:
-        while _launcher_alive(pid):
-            time.sleep(every_s)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(STOP_GRACE_S)
-        os._exit(130)
-
-    threading.Thread(target=watch, daemon=True, name="launcher-watch").start()
+    # is_parent=False: under ``accelerate launch`` the launcher is the rank's grandparent, so no
+    # parent-death signal (it would follow accelerate's process) and the watch polls ``pid`` itself.
+    # SIGTERM, as torchrun stops a rank; its handler ends the run KILLED as SIGINT would.
+    die_with_parent(pid, signal.SIGTERM, is_parent=False, every_s=every_s, give_up_s=STOP_GRACE_S)
 
 
 def main(argv: list[str] | None = None) -> int:

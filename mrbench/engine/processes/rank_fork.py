@@ -26,7 +26,6 @@ calls this before it touches a tensor.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import signal
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from mrbench.core.env import RANK_LAUNCH
+from mrbench.kit.children import signal_group, stop
 
 POLL_S = 0.05
 
@@ -121,16 +121,7 @@ def fork_ranks(
 
 def stop_ranks(pids: list[int], sig: signal.Signals, grace_s: float) -> None:
     """Send ``sig`` to every rank's session, wait up to ``grace_s`` for them, then SIGKILL; reap all."""
-    _signal(pids, sig)
-    deadline = time.monotonic() + grace_s
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [pid for pid in alive if not _reaped(pid)]
-        time.sleep(POLL_S)
-    if alive:
-        _signal(alive, signal.SIGKILL)
-        for pid in alive:
-            _reap_blocking(pid)
+    stop(pids, sig, grace_s=grace_s, group=True)  # each rank leads its own session
 
 
 def _wait(pids: list[int], grace_s: float) -> int:
@@ -156,24 +147,11 @@ def _wait(pids: list[int], grace_s: float) -> int:
     return next((codes[pid] for pid in pids if codes[pid]), 0)
 
 
-def _reaped(pid: int) -> bool:
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return bool(done)
-
-
-def _reap_blocking(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):  # already reaped
-        os.waitpid(pid, 0)
-
-
 def _signal(pids: list[int], sig: signal.Signals) -> None:
-    """``sig`` to each rank's process group (the rank leads it: its own session)."""
+    """``sig`` to each rank's process group (the rank leads it: its own session); a rank that has
+    ended already is skipped."""
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):  # the rank has ended already
-            os.killpg(pid, sig)
+        signal_group(pid, sig)
 
 
 def _become_rank(env: dict[str, str], run_rank: Callable[[], int], log: Path | None) -> NoReturn:

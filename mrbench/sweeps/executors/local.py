@@ -29,6 +29,7 @@ from mrbench.core.records import RecordError
 from mrbench.engine.processes.devices import pin_for_cell
 from mrbench.engine.processes.threads import thread_env, threads_for
 from mrbench.engine.runs.console import verbose
+from mrbench.kit.children import stop
 from mrbench.store.claims import end_if_dead
 from mrbench.store.client import TrackingUnavailable, tracking_client
 from mrbench.store.runs import running_runs
@@ -226,16 +227,8 @@ class _Starter:
 
 def _stop_children(procs: list[Worker], grace_s: float = STOP_GRACE_S) -> None:
     """One SIGINT to each live worker (it ends its run KILLED), then SIGKILL after ``grace_s``."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-    deadline = time.monotonic() + grace_s
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    # The worker, not its group: on SIGINT it stops its own ranks (launch_cell, fork_ranks).
+    stop(procs, signal.SIGINT, grace_s=grace_s)
 
 
 # Signals that stop a worker from outside (a user's or the OOM killer's SIGKILL, a scheduler's
