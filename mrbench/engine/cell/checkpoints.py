@@ -19,22 +19,23 @@ parameter in bf16 and 4 in fp32 (a 7B model's ``final/`` is ~15 GB in bf16), and
 one more per N steps; size the disk, or save ``none``. A run key has one folder: running the cell
 again replaces its checkpoint.
 
-A moved results folder: ``record.json`` also names the results folder it was written in, and reading
-it in another one (the folder was moved) re-roots its paths under that folder — the store it names
-when that was the folder's own ``mlflow.db``, the ``checkpoint_dir`` of its result and of its pending
-params — so the rerun finishes the run in the moved store (see :mod:`mrbench.store.local`).
+``record.json`` is a :class:`mrbench.core.cell_records.PendingRecord`
+(:meth:`CellFolder.write_pending`, :meth:`CellFolder.read_pending`). A moved results folder: it also
+names the results folder it was written in, and reading it in another one (the folder was moved)
+re-roots its paths under that folder — the store it names when that was the folder's own
+``mlflow.db``, the ``checkpoint_dir`` of its result and of its pending params — so the rerun
+finishes the run in the moved store (see :mod:`mrbench.store.local`).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mrbench.core import layout
+from mrbench.core.cell_records import RECORD_VERSION, PendingRecord
 from mrbench.core.errors import UserError
 from mrbench.core.model_marker import ModelMarker
 from mrbench.core.ranks import is_main_process
@@ -44,8 +45,7 @@ from mrbench.store.local import results_dir
 from mrbench.store.uri import store_uri
 
 SAVE_MODES = "none | final | every:N"
-RECORD_VERSION = 1
-_RESULTS_KEY = "results_dir"  # in record.json: the results folder it was written in
+_RESULTS_KEY = "results_dir"  # in the record's JSON: the results folder it was written in
 
 
 @dataclass(frozen=True)
@@ -90,34 +90,31 @@ class CellFolder(CellPaths):
         """:meth:`for_run_key` on rank 0, its :class:`ReplicaFolder` on the other ranks of a cell."""
         return rank_folder(cls.for_run_key(run_key))
 
-    def read_record(self) -> dict[str, Any] | None:
-        """The pending record an earlier attempt left, or None."""
-        if not self.record_path.exists():
-            return None
-        try:
-            record = json.loads(self.record_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise UserError(
-                f"cannot read {self.record_path}: {exc}; delete {self.pending} to run again"
-            ) from None
-        if record.get("version") != RECORD_VERSION:
-            raise UserError(
-                f"{self.record_path} has record version {record.get('version')!r}, this mrbench writes "
-                f"{RECORD_VERSION}; log it with the mrbench that wrote it, or delete {self.pending}"
-            )
-        written_in = record.pop(_RESULTS_KEY, None)
-        if written_in is not None and Path(written_in) != self.results:
-            _reroot_record(record, Path(written_in), self.results)
-        return record
+    def read_pending(self) -> PendingRecord | None:
+        """The pending record an earlier attempt left, or None; its paths re-rooted here when it was
+        written in another results folder (see the module docstring). A record that cannot be read
+        or is of another version: a :class:`~mrbench.core.records.RecordError` naming the file and
+        the folder to delete."""
+        record = PendingRecord.read(self.record_path)
+        return record.rerooted(self.results, store_uri) if record is not None else None
 
-    def write_record(self, record: dict[str, Any]) -> Path:
-        """Write ``record`` (plus its version) to :attr:`record_path`, atomically; return that path."""
-        self.pending.mkdir(parents=True, exist_ok=True)
-        partial = self.record_path.with_suffix(".partial")
-        kept = {**record, _RESULTS_KEY: str(self.results), "version": RECORD_VERSION}
-        partial.write_text(json.dumps(kept, indent=1), encoding="utf-8")
-        partial.replace(self.record_path)
-        return self.record_path
+    def write_pending(self, record: PendingRecord) -> Path:
+        """Write ``record`` (naming this results folder) to :attr:`record_path`, atomically; return
+        that path."""
+        return replace(record, results_dir=str(self.results)).write(self.record_path)
+
+    def read_record(self) -> dict[str, Any] | None:
+        """:meth:`read_pending` as JSON (without the results folder it was written in), or None."""
+        record = self.read_pending()
+        if record is None:
+            return None
+        return {k: v for k, v in record.to_json().items() if k != _RESULTS_KEY}
+
+    def write_record(self, record: Mapping[str, Any]) -> Path:
+        """:meth:`write_pending` of a record given as JSON (``run_id``, ``tracking_uri``, ``result``,
+        ``pending``)."""
+        data = {**record, "version": RECORD_VERSION}
+        return self.write_pending(PendingRecord.from_json(data, str(self.record_path)))
 
     def clear_pending(self) -> None:
         """Remove ``pending/`` (and the cell folder when nothing else is in it)."""
@@ -141,23 +138,6 @@ class CellFolder(CellPaths):
         if self.root.is_dir():
             for path in self.root.glob(STEP_PREFIX + "*"):
                 shutil.rmtree(path, ignore_errors=True)
-
-
-def _reroot_record(record: dict[str, Any], old: Path, new: Path) -> None:
-    """Re-root, in place, the paths of a record written in results folder ``old`` under ``new``."""
-
-    def moved(path: str) -> str:
-        return str(new / Path(path).relative_to(old)) if Path(path).is_relative_to(old) else path
-
-    if record.get("tracking_uri") == store_uri(old):
-        record["tracking_uri"] = store_uri(new)
-    result = record.get("result") or {}
-    if result.get("checkpoint_dir"):
-        result["checkpoint_dir"] = moved(result["checkpoint_dir"])
-    for entry in record.get("pending", []):
-        params = entry.get("params") or {}
-        if layout.PARAM_CHECKPOINT_DIR in params:
-            params[layout.PARAM_CHECKPOINT_DIR] = moved(params[layout.PARAM_CHECKPOINT_DIR])
 
 
 def save_policy(trainer: Any, folder: Path, *, task_settings: Mapping[str, Any] | None = None) -> Path:
@@ -237,10 +217,10 @@ class ReplicaFolder(CellFolder):
     """Rank > 0's view of the cell folder: same paths (TRL's per-rank files of a step checkpoint go
     there), but it reads no record and removes or writes nothing of rank 0's."""
 
-    def read_record(self) -> dict[str, Any] | None:
+    def read_pending(self) -> PendingRecord | None:
         return None
 
-    def write_record(self, record: dict[str, Any]) -> Path:
+    def write_pending(self, record: PendingRecord) -> Path:
         return self.record_path
 
     def clear_pending(self) -> None:

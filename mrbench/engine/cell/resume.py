@@ -5,9 +5,10 @@ While a cell trains, every ``checkpoint_every`` optimizer steps the trainer writ
 its optimizer state, ``optimizer.pt`` or, for an FSDP or DeepSpeed cell, their own files (see
 :mod:`mrbench.engine.cell.checkpoint_layout`), ``scheduler.pt``, ``rng_state.pth`` and
 ``trainer_state.json`` with the step),
-then mrbench adds :data:`MARKER`, written atomically once everything else is on disk: the run key,
-the MLflow run id, store and experiment, the number of processes, the size of every file of the
-checkpoint, and mrbench's own running state (the means that go to ``diagnostics.json``; the
+then mrbench adds :data:`MARKER` (:class:`mrbench.core.cell_records.ResumeMarker`), written
+atomically once everything else is on disk: the run key, the MLflow run id, store and experiment,
+the number of processes, the size of every file of the checkpoint, and mrbench's own running
+state (the means that go to ``diagnostics.json``; the
 rewards so far, for ``rewards.npz``, in :data:`mrbench.engine.training.reward_log.CHECKPOINT_FILE`). A
 checkpoint without it is partial. A multi-process cell (:mod:`mrbench.engine.processes.distributed`) writes
 the same checkpoint with one ``rng_state_<rank>.pth`` per process; rank 0 writes the marker once
@@ -63,7 +64,9 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core import env, layout
+from mrbench.core.cell_records import ResumeMarker
 from mrbench.core.errors import UserError
+from mrbench.core.records import RecordError
 from mrbench.core.results_layout import RESUME_MARKER
 from mrbench.engine.cell import checkpoint_layout
 from mrbench.engine.cell.checkpoints import CellFolder, SaveMode, parse_save, require_room_for_checkpoint
@@ -73,7 +76,6 @@ log = logging.getLogger(__name__)
 
 MARKER = RESUME_MARKER
 """mrbench's file in a training checkpoint, written last: the checkpoint is complete once it exists."""
-MARKER_VERSION = 1
 AUTO_CHECKPOINTS = 10
 """``checkpoint_every`` "auto": this many checkpoints over a cell's steps (every ceil(steps / 10))."""
 # transformers' names in a checkpoint folder that every layout has; the model and optimizer state
@@ -133,20 +135,17 @@ def checkpoint_problem(path: Path, run_key: str) -> str | None:
     many processes); None if it can."""
     from mrbench.engine.processes.distributed import world_size
 
-    marker_path = path / MARKER
-    if not marker_path.is_file():
+    if not (path / MARKER).is_file():
         return f"{MARKER} is missing (the checkpoint was not completed)"
     try:
-        marker = json.loads(marker_path.read_text(encoding="utf-8"))
-        files: dict[str, int] = marker["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"{MARKER} is unreadable"
-    if marker.get("version") != MARKER_VERSION:
-        return f"{MARKER} has version {marker.get('version')!r}, this mrbench reads {MARKER_VERSION}"
-    if marker.get("run_key") != run_key:
-        return f"{MARKER} names run key {marker.get('run_key')!r}, not {run_key}"
-    if f"checkpoint-{marker.get('step')}" != path.name:
-        return f"{MARKER} names step {marker.get('step')!r}"
+        marker = ResumeMarker.read(path)
+    except RecordError as exc:
+        return str(exc)
+    if marker.run_key != run_key:
+        return f"{MARKER} names run key {marker.run_key!r}, not {run_key}"
+    if marker.folder_name != path.name:
+        return f"{MARKER} names step {marker.step!r}"
+    files = marker.files
     for name, size in files.items():
         file = path / name
         if not file.is_file():
@@ -156,7 +155,7 @@ def checkpoint_problem(path: Path, run_key: str) -> str | None:
     for name in _REQUIRED:
         if name not in files:
             return f"{name} is missing"
-    processes = marker.get("processes", 1)
+    processes = marker.processes
     if processes != world_size():
         # Each process restores its own RNG state: another count would not go on as it would have.
         return f"it was written by {processes} processes, this cell runs {world_size()}"
@@ -164,7 +163,7 @@ def checkpoint_problem(path: Path, run_key: str) -> str | None:
     missing = [name for name in rngs if name not in files]
     if missing:
         return f"its RNG state is missing ({', '.join(missing)})"
-    problem = checkpoint_layout.state_problem(files, marker["step"], processes)
+    problem = checkpoint_layout.state_problem(files, marker.step, processes)
     if problem:
         return problem
     for name in sorted(files):
@@ -189,7 +188,7 @@ class ResumePoint:
 
     path: Path
     step: int
-    marker: dict[str, Any]
+    marker: ResumeMarker
 
 
 def latest_resume_point(folder: CellFolder, run_key: str) -> ResumePoint | None:
@@ -200,7 +199,7 @@ def latest_resume_point(folder: CellFolder, run_key: str) -> ResumePoint | None:
             continue
         problem = checkpoint_problem(path, run_key)
         if problem is None:
-            return ResumePoint(path, step, json.loads((path / MARKER).read_text(encoding="utf-8")))
+            return ResumePoint(path, step, ResumeMarker.read(path))
         log.warning("checkpoint %s is unusable (%s): deleted; looking for an earlier one", path, problem)
         shutil.rmtree(path, ignore_errors=True)
     return None
@@ -211,10 +210,10 @@ def resumable_step(run_key: str, run_id: str) -> int | None:
     only (nothing is checked beyond the marker, nothing deleted): what a sweep prints before it runs."""
     for step, path in reversed(CellFolder.for_run_key(run_key).step_checkpoints()):
         try:
-            marker = json.loads((path / MARKER).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            marker = ResumeMarker.read(path)
+        except RecordError:
             continue
-        if marker.get("run_key") == run_key and marker.get("run_id") == run_id:
+        if marker.run_key == run_key and marker.run_id == run_id:
             return step
     return None
 
@@ -251,12 +250,10 @@ def reopen_run(
     point = latest_resume_point(folder, run_key)
     if point is None:
         return None
-    marker, run_id = point.marker, point.marker.get("run_id", "")
+    marker, run_id = point.marker, point.marker.run_id
     run, reason = None, ""
-    if marker.get("tracking_uri") != client.tracking_uri or marker.get("experiment_id") != experiment_id:
-        reason = (
-            f"its run {run_id} is in {marker.get('tracking_uri')}, experiment {marker.get('experiment_id')}"
-        )
+    if marker.tracking_uri != client.tracking_uri or marker.experiment_id != experiment_id:
+        reason = f"its run {run_id} is in {marker.tracking_uri}, experiment {marker.experiment_id}"
     else:
         try:
             run = client.get_run(run_id)
@@ -419,13 +416,7 @@ class CheckpointWriter:
 
         from mrbench.engine.processes.distributed import barrier
 
-        self.trainer, self.folder = trainer, folder
-        self.identity = {
-            "run_key": start.run_key,
-            "run_id": start.run_id,
-            "tracking_uri": start.tracking_uri,
-            "experiment_id": start.experiment_id,
-        }
+        self.trainer, self.folder, self.start = trainer, folder, start
         self.every, self.keep_every, self.resumed = start.every, start.save.every, start.resumed
         self.kill_after = kill_after if start.resumed is None else None
         if self.kill_after is not None:
@@ -467,22 +458,18 @@ class CheckpointWriter:
         for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != MARKER):
             _fsync(file)  # the marker must never outlive, on disk, the files it vouches for
             files[str(file.relative_to(path))] = file.stat().st_size
-        marker = {
-            "version": MARKER_VERSION,
-            **self.identity,
-            "step": step,
-            "processes": world_size(),
-            "files": files,
-            "trainer": {
-                "diagnostics": _to_json(trainer.diag_accumulator),
-                "batches_scored": trainer._batches_scored,
-            },
-        }
-        partial = path / (MARKER + ".partial")
-        partial.write_text(json.dumps(marker), encoding="utf-8")
-        _fsync(partial)
-        partial.replace(path / MARKER)
-        _fsync(path)
+        start = self.start
+        ResumeMarker(
+            run_key=start.run_key,
+            run_id=start.run_id,
+            tracking_uri=start.tracking_uri,
+            experiment_id=start.experiment_id,
+            step=step,
+            processes=world_size(),
+            files=files,
+            diagnostics=_to_json(trainer.diag_accumulator),
+            batches_scored=trainer._batches_scored,
+        ).write(path)
         for older, older_path in self.folder.step_checkpoints():
             if older >= step:
                 continue
@@ -500,11 +487,11 @@ class CheckpointWriter:
         checkpoint folder for ``trainer.train(resume_from_checkpoint=...)`` (None: not resuming)."""
         if self.resumed is None:
             return None
-        state = self.resumed.point.marker["trainer"]
+        marker = self.resumed.point.marker
         trainer = self.trainer
         module = sys.modules[type(trainer.diag_accumulator).__module__]
-        trainer.diag_accumulator = _from_json(state["diagnostics"], module)
-        trainer._batches_scored = int(state["batches_scored"])
+        trainer.diag_accumulator = _from_json(marker.diagnostics, module)
+        trainer._batches_scored = marker.batches_scored
         trainer.reward_log = reward_log.RewardLog.load(self.resumed.point.path / reward_log.CHECKPOINT_FILE)
         return str(self.resumed.point.path)
 

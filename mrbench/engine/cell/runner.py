@@ -55,9 +55,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrbench.core import layout
+from mrbench.core.cell_records import PendingRecord
 from mrbench.core.contracts import EvalResult, Task
 from mrbench.core.errors import UserError
 from mrbench.core.provenance import git_sha
+from mrbench.core.records import RecordError
 from mrbench.engine.cell import resume
 from mrbench.engine.cell.cell_claim import CellClaim
 from mrbench.engine.cell.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
@@ -187,7 +189,7 @@ def run_cell(
     folder = CellFolder.for_this_rank(spec.run_key())
     # One process at a time runs the cell; a second is refused, naming the first (cell_claim).
     with CellClaim(folder, spec.label(), active=is_main_process()) as claim:
-        record = folder.read_record()
+        record = folder.read_pending()
         if record is not None:
             return _finish_recorded(record, folder, client)
         # Library output goes to the cell log, attached to the run at the end (mrbench.engine.runs.console).
@@ -520,8 +522,7 @@ def _complete(
         primary_metric=run.task.primary_metric,
         checkpoint_dir=checkpoint,
     )
-    record = {"run_id": run.run_id, "tracking_uri": run.log.client.tracking_uri, "result": result}
-    _finish(run.log, run.folder, record)
+    _finish(run.log, run.folder, result)
     return result
 
 
@@ -534,36 +535,45 @@ def _outage_message(exc: TrackingUnavailable, run_id: str, folder: CellFolder, c
     )
 
 
-def _finish_recorded(record: dict[str, Any], folder: CellFolder, client: RetryingClient) -> CellResult:
+def _finish_recorded(record: PendingRecord, folder: CellFolder, client: RetryingClient) -> CellResult:
     """Send what an earlier attempt of this cell could not log, end its run FINISHED, return its result."""
-    run_id = record["run_id"]
-    if record["tracking_uri"] != client.tracking_uri:
+    run_id = record.run_id
+    for name, value in (("tracking_uri", record.tracking_uri), ("result", record.result)):
+        if value is None:
+            raise RecordError(
+                f"{folder.record_path}: {name!r} is missing; delete {folder.pending} to run again"
+            )
+    if record.tracking_uri != client.tracking_uri:
         raise UserError(
-            f"{folder.record_path} holds what run {run_id} could not log to {record['tracking_uri']}, "
-            f"not {client.tracking_uri}: use --tracking-uri {record['tracking_uri']} to finish that run, "
+            f"{folder.record_path} holds what run {run_id} could not log to {record.tracking_uri}, "
+            f"not {client.tracking_uri}: use --tracking-uri {record.tracking_uri} to finish that run, "
             f"or delete {folder.pending} to train the cell again"
         )
     log.warning("run %s: logging what an earlier attempt kept in %s (no training)", run_id, folder.pending)
-    result = CellResult(**{**record["result"], "recovered": True})
-    _finish(RunLog(client, run_id, folder.pending, record["pending"]), folder, {**record, "result": result})
+    result = CellResult(**{**(record.result or {}), "recovered": True})
+    _finish(RunLog(client, run_id, folder.pending, [dict(e) for e in record.pending]), folder, result)
     return result
 
 
-def _finish(run_log: RunLog, folder: CellFolder, record: dict[str, Any]) -> None:
+def _finish(run_log: RunLog, folder: CellFolder, result: CellResult) -> None:
     """Send what ``run_log`` kept, end its run FINISHED and remove the cell's ``pending/`` folder.
 
     When that fails (the store still unreachable past the bound, Ctrl-C while waiting for it, or
-    any other error) the record is written instead, for a rerun of the cell to finish the job:
-    ``record`` (``run_id``, ``tracking_uri``, ``result``: the :class:`CellResult`) plus ``pending``,
-    the log entries not sent yet (see :class:`~mrbench.engine.runs.tracking.RunLog`).
+    any other error) a :class:`~mrbench.core.cell_records.PendingRecord` is written instead, for a
+    rerun of the cell to finish the job: the run, its store, ``result`` and the log entries not
+    sent yet (see :class:`~mrbench.engine.runs.tracking.RunLog`).
     """
-    result: CellResult = record["result"]
     try:
         run_log.flush()
         run_log.client.set_terminated(run_log.run_id, "FINISHED")
     except BaseException as exc:
-        kept = {**record, "result": dataclasses.asdict(result) | {"recovered": False}}
-        folder.write_record(kept | {"pending": run_log.pending})
+        kept = PendingRecord(
+            run_log.run_id,
+            run_log.client.tracking_uri,
+            dataclasses.asdict(result) | {"recovered": False},
+            tuple(run_log.pending),
+        )
+        folder.write_pending(kept)
         if isinstance(exc, TrackingUnavailable):
             message = _outage_message(exc, run_log.run_id, folder, result.checkpoint_dir)
             raise TrackingUnavailable(message) from None

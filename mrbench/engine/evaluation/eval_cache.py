@@ -7,7 +7,8 @@ first cell to evaluate writes it here; later cells read it back, log the same me
 samples, and tag their run with the run that computed it (``layout.EVAL_BEFORE_FROM_TAG``), so
 the report can say how often it was reused.
 
-    <results>/eval_cache/<key>.json   {"key_fields": ..., "metrics": ..., "samples": ..., "run_id": ...}
+    <results>/eval_cache/<key>.json   {"metrics": ..., "samples": ..., "run_id": ...}
+                                      (:class:`mrbench.core.cell_records.EvalCacheEntry`)
 
 The key hashes the model's files (name, size and modification time of every file in the model
 folder: a rebuilt model gets a new key), the task's name, version and settings, and the eval
@@ -27,14 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrbench.core.cell_records import EvalCacheEntry
 from mrbench.core.results_layout import eval_cache_file
 from mrbench.engine.processes.distributed import from_rank0, is_main_process
 from mrbench.store.local import results_dir
@@ -42,14 +41,8 @@ from mrbench.store.local import results_dir
 CACHE_VERSION = 1
 
 
-@dataclass(frozen=True)
-class CachedEval:
-    """A pre-training evaluation read back from the cache."""
-
-    metrics: dict[str, float]
-    samples: list[dict[str, Any]]
-    run_id: str
-    """The run that computed it."""
+CachedEval = EvalCacheEntry
+"""A pre-training evaluation read back from the cache (the entry's typed record)."""
 
 
 def model_fingerprint(model_path: str) -> str | None:
@@ -122,11 +115,7 @@ def read(key: str | None) -> CachedEval | None:
 
 
 def _read_here(key: str) -> CachedEval | None:
-    try:
-        data = json.loads(_path(key).read_text())
-        return CachedEval(metrics=dict(data["metrics"]), samples=list(data["samples"]), run_id=data["run_id"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent or damaged: evaluate again (and overwrite it)
+    return EvalCacheEntry.read(_path(key))  # None when absent or damaged: evaluate again (and overwrite it)
 
 
 def write(key: str | None, metrics: dict[str, float], samples: list[dict[str, Any]], run_id: str) -> None:
@@ -137,14 +126,4 @@ def write(key: str | None, metrics: dict[str, float], samples: list[dict[str, An
         return
     if not run_id:
         raise ValueError("an evaluation cache entry needs the run id that computed it, got ''")
-    target = _path(key)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps({"metrics": metrics, "samples": samples, "run_id": run_id})
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(payload)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    EvalCacheEntry(metrics, samples, run_id).write(_path(key))
