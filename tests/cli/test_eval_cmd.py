@@ -151,6 +151,7 @@ def _eval_cli(micro_model_dir: Path, tmp_path: Path, uri: str, *extra: str):
     return run_mrbench(*args, "--tracking-uri", uri, *extra, env=env, timeout=300)
 
 
+@pytest.mark.slow  # the installed script in a subprocess (~15 s); CI's slow stage runs it
 def test_eval_prints_its_own_lines_and_logs_the_libraries_output(
     micro_model_dir, tmp_path, new_store
 ) -> None:

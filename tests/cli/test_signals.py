@@ -120,8 +120,10 @@ def fake_sweep(uri: str, name: str, workers: int, tmp_path: Path) -> subprocess.
 
 @pytest.mark.parametrize(
     ("workers", "signal_workers"),
-    [(1, False), (2, True)],
-    ids=["in-process-cell", "workers-signalled-too"],
+    [
+        pytest.param(1, False, id="in-process-cell"),
+        pytest.param(2, True, id="workers-signalled-too", marks=pytest.mark.slow),  # ~11 s: CI's slow stage
+    ],
 )
 def test_sigterm_to_sweep_marks_its_runs_killed_and_exits_143(
     store: str, tmp_path: Path, workers: int, signal_workers: bool

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from cli_procs import mrbench_script
 from mlflow.tracking import MlflowClient
 
@@ -97,6 +98,7 @@ def _fake_sweep(tmp_path: Path, *extra: str) -> list[str]:
     return argv + list(extra)
 
 
+@pytest.mark.slow  # a real 2-cell sweep in a subprocess (~12 s); CI's slow stage runs it
 def test_sweep_without_terminal_prints_one_plain_line_per_cell(tmp_path):
     # An empty cache: MLflow creates its empty store (mrbench.store.empty_store) in this sweep and logs it.
     env = _env(tmp_path, MRBENCH_FAKE_CELL_FAIL="gdpo*", MRBENCH_CACHE=str(tmp_path / "cache"))
@@ -137,6 +139,7 @@ def _in_terminal(argv: list[str], env: dict[str, str], timeout_s: float = 300) -
     return os.waitstatus_to_exitcode(status), out.decode("utf-8", errors="replace")
 
 
+@pytest.mark.slow  # a real sweep under a pseudo-terminal (~12 s); CI's slow stage runs it
 def test_sweep_on_a_terminal_draws_the_live_table(tmp_path):
     env = _env(tmp_path, MRBENCH_FAKE_CELL_SECONDS="1", COLUMNS="160", LINES="40")
     code, shown = _in_terminal(_fake_sweep(tmp_path), env)

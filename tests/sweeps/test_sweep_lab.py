@@ -139,6 +139,7 @@ def _cell_runs(uri: str, sweep: str) -> list:
     return [r for r in runs if r.data.tags.get(layout.tag(layout.ROLE)) != layout.ROLE_SWEEP]
 
 
+@pytest.mark.slow  # two worker processes and a lab (~11 s); CI's slow stage runs it
 def test_with_worker_processes_the_lab_runs_beside_the_cells_and_speaks_after_them(
     store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
