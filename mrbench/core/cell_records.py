@@ -62,7 +62,8 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush ``path`` (a file, or a folder's entries) to the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -280,9 +281,9 @@ class ResumeMarker:
         path = checkpoint / RESUME_MARKER
         partial = path.with_name(path.name + ".partial")
         partial.write_text(json.dumps(self.to_json()), encoding="utf-8")
-        _fsync(partial)
+        fsync_path(partial)
         partial.replace(path)
-        _fsync(checkpoint)
+        fsync_path(checkpoint)
         return path
 
 

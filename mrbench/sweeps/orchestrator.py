@@ -53,7 +53,7 @@ from mrbench.sweeps.cell import (
 )
 from mrbench.sweeps.cell_process import check_processes_per_cell
 from mrbench.sweeps.claims import CellClaims
-from mrbench.sweeps.executors import executor_for
+from mrbench.sweeps.executors import Executor, executor_for
 from mrbench.sweeps.executors.local import slug
 from mrbench.sweeps.grid import Grid, expand_grid, print_grid
 from mrbench.sweeps.parent import finish_parent_run, kill_running_children, start_parent_run
@@ -152,7 +152,7 @@ def run_sweep(
         return outcome
     store = _open_store(spec, uri, outcome)
     todo = _plan_cells(spec, grid, store, outcome, console)
-    cell_fn, workers = _check_cells(spec, todo, cell_fn)
+    cell_fn, executor, workers = _check_cells(spec, todo, cell_fn)
     parent = start_parent_run(
         store.client,
         store.experiment_id,
@@ -167,7 +167,6 @@ def run_sweep(
     lab = _SweepLab(spec, uri) if write_report and spec.lab else None
     with _parent_run(store, parent, progress, outcome, len(todo), console):
         ctx = _cell_context(spec, store, parent, cell_fn)
-        executor = executor_for(spec, workers)
         if lab is not None and executor.elsewhere:
             lab.start()
         try:
@@ -295,9 +294,10 @@ def _plan_cells(
     return todo
 
 
-def _check_cells(spec: SweepSpec, todo: list[Cell], cell_fn: CellFn | None) -> tuple[CellFn, int]:
-    """The cell function and the workers for ``todo``; a UserError now, before the parent run exists,
-    when workers could not import the function or the cells' processes cannot train them."""
+def _check_cells(spec: SweepSpec, todo: list[Cell], cell_fn: CellFn | None) -> tuple[CellFn, Executor, int]:
+    """The cell function, its executor and the workers for ``todo``; a UserError now, before the
+    parent run exists, when workers could not import the function or the cells' processes cannot
+    train them."""
     cell_fn = cell_fn or import_target(DEFAULT_CELL_FN)
     workers = min(spec.workers, max(1, len(todo)))
     executor = executor_for(spec, workers)
@@ -307,7 +307,7 @@ def _check_cells(spec: SweepSpec, todo: list[Cell], cell_fn: CellFn | None) -> t
     check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed, here=executor.checks_gpus_here)
     malloc_setting()  # malformed $MRBENCH_MALLOC or $MRBENCH_CPU_FOLD: the user's to fix, before
     fold_setting()  # any cell reads them
-    return cell_fn, workers
+    return cell_fn, executor, workers
 
 
 @contextmanager

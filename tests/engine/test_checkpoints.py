@@ -11,6 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
+from mrbench.core.cell_records import PendingRecord
 from mrbench.core.errors import UserError
 from mrbench.engine.cell.checkpoints import (
     CellFolder,
@@ -50,17 +51,21 @@ def test_parse_save() -> None:
 
 def test_record_round_trip_and_cleanup(results: Path) -> None:
     folder = CellFolder.for_run_key("abc123")
-    assert folder.root == results / "checkpoints" / "abc123" and folder.read_record() is None
-    path = folder.write_record({"run_id": "r", "pending": [{"op": "log", "tags": {"a": "b"}}]})
+    assert folder.root == results / "checkpoints" / "abc123" and folder.read_pending() is None
+    path = folder.write_pending(PendingRecord("r", pending=({"op": "log", "tags": {"a": "b"}},)))
     assert path == folder.pending / "record.json"
-    assert folder.read_record() == {
+    assert json.loads(path.read_text()) == {
         "run_id": "r",
         "pending": [{"op": "log", "tags": {"a": "b"}}],
         "version": 1,
+        "results_dir": str(results),
     }
+    assert folder.read_pending() == PendingRecord(
+        "r", pending=({"op": "log", "tags": {"a": "b"}},), results_dir=str(results)
+    )
     path.write_text(json.dumps({"version": 99}))
     with pytest.raises(UserError, match="record version 99"):
-        folder.read_record()
+        folder.read_pending()
     folder.clear_pending()
     assert not folder.root.exists()  # nothing else was in it
 
@@ -177,14 +182,14 @@ def test_a_record_is_logged_to_its_run_without_training(tmp_path, results):
     folder = CellFolder.for_run_key(spec.run_key())
     pending = [{"op": "log", "metrics": [[layout.eval_metric("exact_match"), 0.5, 1000, 2]]}]
     result = {"run_id": run_id, "run_key": spec.run_key(), "status": "FINISHED", "wall_s": 3.0}
-    folder.write_record({"run_id": run_id, "tracking_uri": "sqlite:///elsewhere.db", "result": result})
+    folder.write_pending(PendingRecord(run_id, "sqlite:///elsewhere.db", result))
 
     with pytest.raises(UserError, match=r"elsewhere\.db"):
         run_cell(spec, tracking_uri=uri, experiment="rec")
-    folder.write_record({"run_id": run_id, "tracking_uri": uri, "result": result, "pending": pending})
+    folder.write_pending(PendingRecord(run_id, uri, result, tuple(pending)))
     done = run_cell(spec, tracking_uri=uri, experiment="rec")
 
     assert done.recovered and done.run_id == run_id and done.wall_s == 3.0
     run = MlflowClient(uri).get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.metrics == {layout.eval_metric("exact_match"): 0.5}
-    assert folder.read_record() is None and not folder.root.exists()
+    assert folder.read_pending() is None and not folder.root.exists()

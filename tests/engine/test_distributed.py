@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import mrbench.methods as methods
+from mrbench.core.cell_records import PendingRecord
 from mrbench.core.errors import UserError
 from mrbench.engine.cell.checkpoints import CellFolder, ReplicaFolder, rank_folder, save_policy
 from mrbench.engine.processes import distributed
@@ -163,15 +164,15 @@ def test_other_ranks_log_nothing_and_leave_rank_zeros_files(monkeypatch, tmp_pat
     assert not log.offline and not Path("nowhere").exists()
 
     real = CellFolder(tmp_path / "cell")
-    real.write_record({"run_id": "r0"})  # rank 0's
+    real.write_pending(PendingRecord("r0"))  # rank 0's
     (real.root / "checkpoint-2").mkdir()
     replica = rank_folder(real)
     assert isinstance(replica, ReplicaFolder) and replica.root == real.root
-    assert replica.read_record() is None
+    assert replica.read_pending() is None
     replica.clear_pending()
     replica.clear_step_checkpoints()
-    replica.write_record({"run_id": "r1"})
-    assert real.read_record()["run_id"] == "r0" and (real.root / "checkpoint-2").is_dir()
+    replica.write_pending(PendingRecord("r1"))
+    assert real.read_pending().run_id == "r0" and (real.root / "checkpoint-2").is_dir()
 
 
 class _RankTrainer:

@@ -22,6 +22,7 @@ from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
+from mrbench.core.cell_records import PendingRecord
 from mrbench.engine.cell.checkpoints import CellFolder
 from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import RunSpec
@@ -237,7 +238,7 @@ def test_a_record_left_by_an_outage_is_finished_after_a_move(
         "status": "FINISHED",
         "checkpoint_dir": str(folder.final),
     }
-    folder.write_record({"run_id": run_id, "tracking_uri": uri, "result": result, "pending": pending})
+    folder.write_pending(PendingRecord(run_id, uri, result, tuple(pending)))
 
     shutil.move(first, second)
     monkeypatch.setenv("MRBENCH_RESULTS", str(second))

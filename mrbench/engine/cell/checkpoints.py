@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mrbench.core.cell_records import RECORD_VERSION, PendingRecord
+from mrbench.core.cell_records import PendingRecord
 from mrbench.core.errors import UserError
 from mrbench.core.model_marker import ModelMarker
 from mrbench.core.ranks import is_main_process
@@ -45,7 +45,6 @@ from mrbench.store.local import results_dir
 from mrbench.store.uri import store_uri
 
 SAVE_MODES = "none | final | every:N"
-_RESULTS_KEY = "results_dir"  # in the record's JSON: the results folder it was written in
 
 
 @dataclass(frozen=True)
@@ -102,19 +101,6 @@ class CellFolder(CellPaths):
         """Write ``record`` (naming this results folder) to :attr:`record_path`, atomically; return
         that path."""
         return replace(record, results_dir=str(self.results)).write(self.record_path)
-
-    def read_record(self) -> dict[str, Any] | None:
-        """:meth:`read_pending` as JSON (without the results folder it was written in), or None."""
-        record = self.read_pending()
-        if record is None:
-            return None
-        return {k: v for k, v in record.to_json().items() if k != _RESULTS_KEY}
-
-    def write_record(self, record: Mapping[str, Any]) -> Path:
-        """:meth:`write_pending` of a record given as JSON (``run_id``, ``tracking_uri``, ``result``,
-        ``pending``)."""
-        data = {**record, "version": RECORD_VERSION}
-        return self.write_pending(PendingRecord.from_json(data, str(self.record_path)))
 
     def clear_pending(self) -> None:
         """Remove ``pending/`` (and the cell folder when nothing else is in it)."""

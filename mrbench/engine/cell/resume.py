@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core import env, layout
-from mrbench.core.cell_records import ResumeMarker
+from mrbench.core.cell_records import ResumeMarker, fsync_path
 from mrbench.core.errors import UserError
 from mrbench.core.records import RecordError
 from mrbench.core.results_layout import RESUME_MARKER
@@ -378,14 +378,6 @@ def _from_json(data: Any, module: Any) -> Any:
     return data
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _strip(path: Path) -> None:
     """Make the checkpoint ``path`` model-only (its marker first: never a marker without its files)."""
     (path / MARKER).unlink(missing_ok=True)
@@ -456,7 +448,7 @@ class CheckpointWriter:
         trainer.reward_log.save(path / reward_log.CHECKPOINT_FILE)  # the rewards so far (rewards.npz)
         files = {}
         for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != MARKER):
-            _fsync(file)  # the marker must never outlive, on disk, the files it vouches for
+            fsync_path(file)  # the marker must never outlive, on disk, the files it vouches for
             files[str(file.relative_to(path))] = file.stat().st_size
         start = self.start
         ResumeMarker(
