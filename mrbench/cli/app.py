@@ -115,7 +115,9 @@ def _run(cli: typer.Typer) -> int | str | None:
     """Run ``cli`` on ``sys.argv``; every outcome as an exit code (a string exits 1 printing it)."""
     usage_error = _click_exception()
     try:
-        show_tracebacks()  # a malformed $MRBENCH_TRACEBACK is a UserError here, not in the handler below
+        # Every $MRBENCH_* value checked before the command runs: a malformed one is a UserError
+        # here (not in the handler below, not in a cell's run after it opened).
+        env.check_all()
         # Non-standalone click *returns* the exit code of typer.Exit instead of raising it.
         code = cli(standalone_mode=False)
         return code if isinstance(code, int) else 0

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from mrbench.core.errors import UserError
-from mrbench.core.limits import STEPS_MAX
+from mrbench.core.limits import KEPT_LOGS_MAX, SANDBOX_UID_BASE_MAX, STEPS_MAX, THREADS_MAX
 
 T = TypeVar("T")
 
@@ -91,13 +91,14 @@ def one_of(*words: str) -> Callable[[str], str]:
     return parse
 
 
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """A parser of a whole number of plain digits ≥ ``minimum`` (0 or 1)."""
+def whole_number(minimum: int, maximum: int) -> Callable[[str], int]:
+    """A parser of a whole number of plain digits from ``minimum`` (0 or 1) to ``maximum``."""
     what = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+    what += f" up to {maximum}"
 
     def parse(text: str) -> int:
         digits = text.strip()
-        if not (digits.isascii() and digits.isdigit()) or int(digits) < minimum:
+        if not (digits.isascii() and digits.isdigit()) or not minimum <= int(digits) <= maximum:
             raise ValueError(what)
         return int(digits)
 
@@ -149,7 +150,7 @@ CACHE: EnvVar[Path | None] = EnvVar(
 )
 THREADS: EnvVar[int | None] = EnvVar(
     "MRBENCH_THREADS",
-    whole_number(1),
+    whole_number(1, THREADS_MAX),
     None,
     "intra-op threads of every process mrbench starts, whatever the model (a positive integer)",
     shown="1 for a tiny model, else the process's share of the cores",
@@ -203,7 +204,7 @@ VERBOSE: EnvVar[bool] = EnvVar(
 )
 KEEP_LOGS: EnvVar[int] = EnvVar(
     "MRBENCH_KEEP_LOGS",
-    whole_number(0),
+    whole_number(0, KEPT_LOGS_MAX),
     100,
     "how many command logs `<results>/logs` keeps, the newest ones (0: every log)",
 )
@@ -222,7 +223,7 @@ SANDBOX_PYTHON: EnvVar[str | None] = EnvVar(
 )
 SANDBOX_UID_BASE: EnvVar[int] = EnvVar(
     "MRBENCH_SANDBOX_UID_BASE",
-    whole_number(0),
+    whole_number(0, SANDBOX_UID_BASE_MAX),
     61000,
     "first of the uids the code sandbox leases when it runs as root (128 slots of 3 uids)",
 )
@@ -256,6 +257,13 @@ def _shown(var: EnvVar[Any]) -> str:
     if isinstance(value, float):
         return f"`{value:g}`"
     return f"`{value}`"
+
+
+def check_all() -> None:
+    """Parse every variable that is set: a value one refuses is a :class:`UserError` naming it,
+    raised before a command does anything (no run opened, no cell started)."""
+    for variable in VARIABLES:
+        variable.get()
 
 
 def markdown_table() -> str:

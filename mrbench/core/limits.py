@@ -55,3 +55,13 @@ seeds × prompts × responses probabilities."""
 
 PORT_MAX = 65_535
 """The largest TCP port."""
+
+THREADS_MAX = 4_096
+"""Intra-op threads of one process (``$MRBENCH_THREADS``): more than any machine has cores."""
+
+KEPT_LOGS_MAX = 1_000_000
+"""Command logs the results folder keeps (``$MRBENCH_KEEP_LOGS``; 0 keeps every one)."""
+
+SANDBOX_UID_BASE_MAX = 2**31 - 1 - 3 * 128
+"""First uid the code sandbox leases (``$MRBENCH_SANDBOX_UID_BASE``): its 128 slots of 3 uids stay
+below the largest uid Linux gives."""

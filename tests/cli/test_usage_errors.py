@@ -248,3 +248,23 @@ def test_traceback_flag_of_the_installed_script(tmp_path: Path) -> None:
     loud = run_mrbench("--traceback", *args, env=env)
     assert loud.returncode == 1 and "Traceback (most recent call last)" in loud.stderr
     assert "raise RuntimeError('kaboom')" in loud.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("MRBENCH_THREADS", "two"), ("MRBENCH_KEEP_LOGS", "-1"), ("MRBENCH_CELL_SERVER", "maybe")],
+)
+def test_a_bad_environment_value_stops_the_command_before_it_opens_a_run(
+    variable: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Checked at the start of every command, not where a cell reads it (after its run opened)."""
+    results = tmp_path / "results"
+    monkeypatch.setenv("MRBENCH_RESULTS", str(results))
+    monkeypatch.setenv(variable, value)
+    monkeypatch.setattr(sys, "argv", ["mrbench", "run", "--steps", "1"])
+    with pytest.raises(SystemExit) as info:
+        main()
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith(f"error: {variable}={value!r} must be ") and err.count("\n") == 1, err
+    assert not results.exists()  # no store, no run, no cell folder

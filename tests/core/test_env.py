@@ -101,10 +101,17 @@ def test_a_switch_refuses_anything_else_naming_the_variable_and_the_value(
 @pytest.mark.parametrize(
     ("var", "text", "expected"),
     [
-        (env.THREADS, "0", "MRBENCH_THREADS='0' must be a positive integer"),
-        (env.THREADS, "1.5", "MRBENCH_THREADS='1.5' must be a positive integer"),
-        (env.KEEP_LOGS, "many", "MRBENCH_KEEP_LOGS='many' must be an integer ≥ 0"),
-        (env.SANDBOX_UID_BASE, "-5", "MRBENCH_SANDBOX_UID_BASE='-5' must be an integer ≥ 0"),
+        (env.THREADS, "0", "MRBENCH_THREADS='0' must be a positive integer up to 4096"),
+        (env.THREADS, "1.5", "MRBENCH_THREADS='1.5' must be a positive integer up to 4096"),
+        (env.THREADS, "4097", "MRBENCH_THREADS='4097' must be a positive integer up to 4096"),
+        (env.KEEP_LOGS, "many", "MRBENCH_KEEP_LOGS='many' must be an integer ≥ 0 up to 1000000"),
+        (env.KEEP_LOGS, "10000000", "MRBENCH_KEEP_LOGS='10000000' must be an integer ≥ 0 up to 1000000"),
+        (env.SANDBOX_UID_BASE, "-5", "MRBENCH_SANDBOX_UID_BASE='-5' must be an integer ≥ 0 up to 2147483263"),
+        (
+            env.SANDBOX_UID_BASE,
+            "4294967296",
+            "MRBENCH_SANDBOX_UID_BASE='4294967296' must be an integer ≥ 0 up to 2147483263",
+        ),
         (env.MALLOC, "jemalloc", "MRBENCH_MALLOC='jemalloc' must be 'keep' or 'default'"),
         (env.CPU_FOLD, "fast", "MRBENCH_CPU_FOLD='fast' must be 'mrbench' or 'trl'"),
         (env.RANK_LAUNCH, "torchrun", "MRBENCH_RANK_LAUNCH='torchrun' must be 'fork' or 'accelerate'"),
