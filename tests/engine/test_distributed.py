@@ -376,3 +376,15 @@ def test_mrbench_run_rejects_bad_process_settings(args, says, monkeypatch, capsy
     assert exited.value.code == 2
     assert says in capsys.readouterr().err
     assert not (tmp_path / "mlflow.db").exists()  # rejected before the store was touched
+
+
+def test_ranks_stopped_after_another_crashed_are_a_crash_not_an_interrupt() -> None:
+    """A rank that SIGKILLed itself (launch code -9) while the launcher stopped the other one (which
+    ends "interrupted") is the crash; only a launch ended by a stop signal is an interrupt."""
+    from mrbench.core.cell_protocol import RankEnd
+    from mrbench.engine.processes.distributed import _outcome
+
+    with pytest.raises(RuntimeError, match=r"^the cell's 2 processes exited with code -9$"):
+        _outcome([RankEnd(interrupted=True)], -9, 2)
+    with pytest.raises(KeyboardInterrupt):
+        _outcome([RankEnd(interrupted=True), RankEnd(interrupted=True)], 130, 2)

@@ -61,6 +61,7 @@ DISTRIBUTED = ("ddp", "fsdp", "zero3")
 """The shipped ``accelerate`` presets (``--distributed``); ``ddp`` is the default."""
 GPU_ONLY = ("zero3",)
 WORKER_MODULE = "mrbench.engine.processes.distributed"
+STOPPED_CODES = frozenset({130, 143, -signal.SIGINT, -signal.SIGTERM})  # a launch ended by a stop signal
 STOP_GRACE_S = 60.0  # how long ranks may take to end their run KILLED after a stop signal
 
 
@@ -338,7 +339,9 @@ def _outcome(ends: list[RankEnd], code: int, processes: int) -> dict[str, Any]:
         raise OutOfRoom(*room)
     if errors:
         raise (UserError if errors[0].user_error else RuntimeError)(errors[0].error)
-    if any(end.interrupted for end in ends):
+    # Ranks the launcher stopped because another crashed also say "interrupted": only a launch that
+    # ended by a stop signal itself is one (the crash's own code, e.g. -9, is reported instead).
+    if any(end.interrupted for end in ends) and code in STOPPED_CODES:
         raise KeyboardInterrupt
     raise RuntimeError(f"the cell's {processes} processes exited with code {code}")
 
