@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 from mrbench.core import layout
 from mrbench.core.pretrained import PRETRAINED_PRESETS
@@ -118,15 +120,36 @@ def header(ctx: ReportContext) -> list[str]:
     return lines
 
 
+PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+"""Where this mrbench is installed: paths under it are written ``<mrbench>/…`` in a report."""
+
+
+def portable(value: Any) -> Any:
+    """``value`` (a sweep config) with every string path under the installed package (the
+    rehearsal's bundled data, for one) written ``<mrbench>/…``: a report committed to git must not
+    carry the folder one clone happened to sit in."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str) and (value == PACKAGE_DIR or value.startswith(PACKAGE_DIR + "/")):
+        return "<mrbench>" + value[len(PACKAGE_DIR) :]
+    return value
+
+
 def config_details(ctx: ReportContext) -> list[str]:
-    """The latest invocation's sweep config, folded (nothing when sweep.json has none)."""
+    """The latest invocation's sweep config, folded (nothing when sweep.json has none); paths
+    inside the installed package as ``<mrbench>/…`` (:func:`portable`)."""
     lines: list[str] = []
-    config = ctx.sweep_record.config if ctx.sweep_record else {}
+    raw = ctx.sweep_record.config if ctx.sweep_record else {}
+    config = portable(raw)
     if config:
         import yaml
 
+        where = ", <code>&lt;mrbench&gt;</code> standing for the installed package" if config != raw else ""
+        summary = f"sweep config (latest invocation; usable as <code>--config</code>{where})"
         lines += [
-            "<details><summary>sweep config (latest invocation; usable as <code>--config</code>)</summary>",
+            f"<details><summary>{summary}</summary>",
             "",
             "```yaml",
             yaml.safe_dump(config, sort_keys=False).rstrip(),

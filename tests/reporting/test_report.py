@@ -442,3 +442,19 @@ def test_a_report_deletes_only_the_figures_its_predecessor_listed(store: Store, 
     (tmp_path / "escape.png").write_bytes(b"outside")
     build_report("manifest", tracking_uri=uri, out=out, log_to_parent=False)
     assert not stale.exists() and mine.read_bytes() == b"user's" and (tmp_path / "escape.png").exists()
+
+
+def test_paths_inside_the_package_are_written_portably_in_the_config():
+    from mrbench.reporting.render import PACKAGE_DIR, portable
+
+    bundled = f"{PACKAGE_DIR}/sweeps/rehearsal_data/toolrl"
+    config = {"task_params": {"tool-calling": {"data_path": bundled, "n_eval": 8}}, "seeds": [0, PACKAGE_DIR]}
+    assert portable(config) == {
+        "task_params": {"tool-calling": {"data_path": "<mrbench>/sweeps/rehearsal_data/toolrl", "n_eval": 8}},
+        "seeds": [0, "<mrbench>"],
+    }
+    # A user's own folder, and one that merely starts with the package's name, stay as they are.
+    assert portable({"data_path": "/data/toolrl", "x": PACKAGE_DIR + "-old/a"}) == {
+        "data_path": "/data/toolrl",
+        "x": PACKAGE_DIR + "-old/a",
+    }
