@@ -9,7 +9,12 @@ Runs ``mrbench run`` in this process (tool-calling, the tiny preset, 1 step of 2
 - ``returns``: how often the path comes back to a file it had left (each function counted once, at
   its first call, so a loop is not a return; consecutive calls in one file are one visit).
 
-    python benchmarks/trace_run_path.py [--models DIR] [--show] [--all]
+Class bodies (run when a module is first imported, which here happens lazily mid-path) and
+comprehensions (part of the function around them) are not functions of the path and are left out.
+``--scope engine/,cli/`` keeps only the product files under those prefixes (with ``--all``: e.g.
+the engine's own share of the path).
+
+    python benchmarks/trace_run_path.py [--models DIR] [--show] [--all] [--scope PREFIXES]
 
 ``--models`` reuses built presets (a folder with ``tiny/``, as ``<results>/models``), so only
 the cell is traced; ``--show`` prints the sequence of visits.
@@ -18,6 +23,7 @@ the cell is traced; ``--show`` prints the sequence of visits.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import tempfile
@@ -33,6 +39,11 @@ def _holds_spec(frame, spec_type: type) -> bool:
     return any(isinstance(frame.f_locals.get(name), spec_type) for name in args)
 
 
+def _is_class_body(code) -> bool:
+    # A class body's code object is neither optimized nor given new locals (a function's is).
+    return not code.co_flags & inspect.CO_NEWLOCALS
+
+
 def trace(argv: list[str], *, every: bool = False) -> list[str]:
     """The product file of each product function's first call (with the RunSpec, unless
     ``every``), in order."""
@@ -46,7 +57,9 @@ def trace(argv: list[str], *, every: bool = False) -> list[str]:
         if event != "call":
             return
         code = frame.f_code
-        if code in seen or code.co_name == "<module>" or not code.co_filename.startswith(PKG):
+        if code in seen or code.co_name.startswith("<") or not code.co_filename.startswith(PKG):
+            return
+        if _is_class_body(code):
             return
         if not every and not _holds_spec(frame, RunSpec):
             return
@@ -85,6 +98,7 @@ def main() -> int:
     parser.add_argument("--models", type=Path, help="built presets to reuse (<results>/models)")
     parser.add_argument("--show", action="store_true")
     parser.add_argument("--all", action="store_true", help="every product function, not the spec's path")
+    parser.add_argument("--scope", default="", help="comma-separated file prefixes to keep (engine/,cli/)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mrbench-trace-") as tmp:
         results = Path(tmp) / "results"
@@ -93,10 +107,11 @@ def main() -> int:
             (results / "models").symlink_to(args.models.resolve())
         os.environ["MRBENCH_RESULTS"] = str(results)
         os.environ.pop("MLFLOW_TRACKING_URI", None)
-        path = visits(trace(ARGS, every=args.all))
+        prefixes = tuple(p for p in args.scope.split(",") if p)
+        path = visits([f for f in trace(ARGS, every=args.all) if not prefixes or f.startswith(prefixes)])
     if args.show:
         print("\n".join(path))
-    print(f"`mrbench {' '.join(ARGS)}`")
+    print(f"`mrbench {' '.join(ARGS)}`" + (f" (files under {args.scope})" if args.scope else ""))
     print(f"files: {len(set(path))}  visits: {len(path)}  returns to a file left earlier: {returns(path)}")
     return 0
 
