@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 from mrbench.core import layout
 from mrbench.core.cell_records import PendingRecord
 from mrbench.core.errors import UserError
+from mrbench.core.records import RecordError
 from mrbench.engine.cell.checkpoints import (
     CellFolder,
     SaveMode,
@@ -193,3 +194,19 @@ def test_a_record_is_logged_to_its_run_without_training(tmp_path, results):
     run = MlflowClient(uri).get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.metrics == {layout.eval_metric("exact_match"): 0.5}
     assert folder.read_pending() is None and not folder.root.exists()
+
+
+def test_a_record_whose_result_is_not_a_cell_result_names_the_file_and_the_field(tmp_path, results):
+    uri = _store(tmp_path)
+    spec = RunSpec(method="gdpo", task="tool-calling", model="/no/such/model", seed=0)
+    run_id = MlflowClient(uri).create_run(ensure_experiment("rec", uri)).info.run_id
+    folder = CellFolder.for_run_key(spec.run_key())
+    result = {"run_id": run_id, "runkey": spec.run_key(), "status": "FINISHED"}
+    folder.write_pending(PendingRecord(run_id, uri, result))
+
+    with pytest.raises(RecordError) as caught:
+        run_cell(spec, tracking_uri=uri, experiment="rec")
+    assert str(caught.value) == (
+        f"{folder.record_path}: 'result': unknown field(s) 'runkey'; delete {folder.pending} to run again"
+    )
+    assert MlflowClient(uri).get_run(run_id).info.status == "RUNNING"

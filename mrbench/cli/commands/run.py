@@ -17,7 +17,7 @@ import typer
 from mrbench.core import env, limits
 
 if TYPE_CHECKING:
-    from mrbench.engine.cell.runner import CellResult
+    from mrbench.engine.cell.cell_result import CellResult
     from mrbench.engine.config import RunSpec
 
 
@@ -250,7 +250,8 @@ def run_logged(spec: RunSpec, launch: CellLaunch, *, verbose: bool) -> CellResul
 def run_cell_or_launch(spec: RunSpec, launch: CellLaunch) -> CellResult:
     """Train and evaluate the cell in this process, or in ``launch.processes`` processes started
     by ``accelerate launch``."""
-    from mrbench.engine.cell.runner import CellResult, run_cell
+    from mrbench.engine.cell.cell_result import CellResult
+    from mrbench.engine.cell.runner import run_cell
     from mrbench.engine.processes.distributed import launch_cell
 
     cell_args = {
@@ -263,7 +264,7 @@ def run_cell_or_launch(spec: RunSpec, launch: CellLaunch) -> CellResult:
     }
     if launch.processes > 1:
         launched = launch_cell(spec, processes=launch.processes, distributed=launch.distributed, **cell_args)
-        return CellResult(**launched)
+        return CellResult.from_mapping(launched, f"the result of the {launch.processes}-process cell")
     return run_cell(spec, **cell_args)
 
 

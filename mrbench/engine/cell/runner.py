@@ -51,7 +51,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mrbench.core import layout
@@ -62,6 +62,7 @@ from mrbench.core.provenance import git_sha
 from mrbench.core.records import RecordError
 from mrbench.engine.cell import resume
 from mrbench.engine.cell.cell_claim import CellClaim
+from mrbench.engine.cell.cell_result import CellResult
 from mrbench.engine.cell.checkpoints import CellFolder, SaveMode, folder_size_mb, parse_save, save_policy
 from mrbench.engine.config import RunSpec
 from mrbench.engine.evaluation import eval_cache
@@ -81,25 +82,6 @@ from mrbench.store.claims import holder_tags
 from mrbench.store.client import RetryingClient, TrackingUnavailable, ensure_experiment
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CellResult:
-    """What a finished cell reports back to the CLI or a sweep.
-
-    ``checkpoint_dir``: the saved policy ("" with save "none"); ``recovered``: True when this call
-    only logged what an earlier attempt could not (no training).
-    """
-
-    run_id: str
-    run_key: str
-    status: str
-    metrics_before: dict[str, float] = field(default_factory=dict)
-    metrics_after: dict[str, float] = field(default_factory=dict)
-    wall_s: float = 0.0
-    primary_metric: str = ""
-    checkpoint_dir: str = ""
-    recovered: bool = False
 
 
 def cell_tags(spec: RunSpec, task: Task, sweep: str | None) -> dict[str, str]:
@@ -549,8 +531,12 @@ def _finish_recorded(record: PendingRecord, folder: CellFolder, client: Retrying
             f"not {client.tracking_uri}: use --tracking-uri {record.tracking_uri} to finish that run, "
             f"or delete {folder.pending} to train the cell again"
         )
+    try:
+        recorded = CellResult.from_mapping(record.result, f"{folder.record_path}: 'result'")
+    except RecordError as exc:
+        raise RecordError(f"{exc}; delete {folder.pending} to run again") from None
+    result = dataclasses.replace(recorded, recovered=True)
     log.warning("run %s: logging what an earlier attempt kept in %s (no training)", run_id, folder.pending)
-    result = CellResult(**{**(record.result or {}), "recovered": True})
     _finish(RunLog(client, run_id, folder.pending, [dict(e) for e in record.pending]), folder, result)
     return result
 
