@@ -16,7 +16,7 @@ record                      written by                             read by
                             only when it failed or was stopped)
 ==========================  =====================================  ===============================
 
-``from_json`` raises :class:`~mrbench.core.records.RecordError` naming the record and the field
+``from_json`` raises :class:`~mrbench.core.json_fields.RecordError` naming the record and the field
 for anything it cannot read. Keys a record does not know are ignored.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from mrbench.core.records import RecordError, _mapping
+from mrbench.core.json_fields import RecordError, mapping, optional, required
 
 DEFAULT_CELL_FN = "mrbench.engine.cell.runner:run_cell"
 """The ``"module:attr"`` of the cell function a sweep and ``mrbench run`` run by default."""
@@ -56,30 +56,9 @@ def class_path(cls: type) -> str:
     """``"module:qualname"`` of ``cls``, as :func:`mrbench.core.registry.import_target` reads it.
 
     >>> class_path(RecordError)
-    'mrbench.core.records:RecordError'
+    'mrbench.core.json_fields:RecordError'
     """
     return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _field(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str, default: Any) -> Any:
-    """``data[key]`` when it is a ``kind`` (``default`` when absent or null); else RecordError."""
-    value = data.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
-        names = " or ".join(k.__name__ for k in _kinds(kind))
-        raise RecordError(f"{what}: {key!r} should be {names}, not {value!r}")
-    return value
-
-
-def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _required(data: Mapping[str, Any], key: str, kind: type, what: str) -> Any:
-    if data.get(key) is None:
-        raise RecordError(f"{what}: {key!r} is missing")
-    return _field(data, key, kind, what, None)
 
 
 @dataclass(frozen=True)
@@ -164,29 +143,29 @@ class CellPayload:
     @classmethod
     def from_json(cls, data: Any, what: str) -> CellPayload:
         """Read a payload; :class:`RecordError` naming ``what`` and the field it cannot read."""
-        payload = _mapping(data, what)
+        payload = mapping(data, what)
         tracking = None
         if payload.get("tracking_uri") is not None or payload.get("experiment") is not None:
             tracking = CellTracking(
-                _required(payload, "tracking_uri", str, what),
-                _required(payload, "experiment", str, what),
-                _field(payload, "parent_run_id", str, what, None),
-                _field(payload, "sweep", str, what, None),
+                required(payload, "tracking_uri", str, what),
+                required(payload, "experiment", str, what),
+                optional(payload, "parent_run_id", str, what, None),
+                optional(payload, "sweep", str, what, None),
             )
-        processes = _field(payload, "processes_per_cell", int, what, 1)
+        processes = optional(payload, "processes_per_cell", int, what, 1)
         if processes < 1:
             raise RecordError(f"{what}: 'processes_per_cell' should be at least 1, not {processes}")
         return cls(
-            spec=dict(_required(payload, "spec", Mapping, what)),
-            spec_class=_required(payload, "spec_class", str, what),
-            cell_fn=_field(payload, "cell_fn", str, what, DEFAULT_CELL_FN),
+            spec=dict(required(payload, "spec", Mapping, what)),
+            spec_class=required(payload, "spec_class", str, what),
+            cell_fn=optional(payload, "cell_fn", str, what, DEFAULT_CELL_FN),
             tracking=tracking,
-            options=dict(_field(payload, "options", Mapping, what, {})),
-            threads=_field(payload, "threads", int, what, 0),
+            options=dict(optional(payload, "options", Mapping, what, {})),
+            threads=optional(payload, "threads", int, what, 0),
             processes_per_cell=processes,
-            distributed=_field(payload, "distributed", str, what, "ddp"),
-            result=_field(payload, "result", str, what, None),
-            parent_pid=_field(payload, "parent_pid", int, what, None),
+            distributed=optional(payload, "distributed", str, what, "ddp"),
+            result=optional(payload, "result", str, what, None),
+            parent_pid=optional(payload, "parent_pid", int, what, None),
         )
 
 
@@ -210,15 +189,15 @@ class WorkerOutcome:
 
     @classmethod
     def from_json(cls, data: Any, what: str) -> WorkerOutcome:
-        outcome = _mapping(data, what)
-        status = _required(outcome, "status", str, what)
+        outcome = mapping(data, what)
+        status = required(outcome, "status", str, what)
         if status not in STATUSES:
             raise RecordError(f"{what}: 'status' should be one of {', '.join(STATUSES)}, not {status!r}")
         return cls(
             status,
-            _field(outcome, "run_id", str, what, None),
-            float(_field(outcome, "wall_s", (int, float), what, 0.0)),
-            _field(outcome, "error", str, what, None),
+            optional(outcome, "run_id", str, what, None),
+            float(optional(outcome, "wall_s", (int, float), what, 0.0)),
+            optional(outcome, "error", str, what, None),
         )
 
 
@@ -247,15 +226,15 @@ class RankEnd:
 
     @classmethod
     def from_json(cls, data: Any, what: str) -> RankEnd:
-        end = _mapping(data, what)
-        room = _field(end, "out_of_room", list, what, None)
+        end = mapping(data, what)
+        room = optional(end, "out_of_room", list, what, None)
         if room is not None and len(room) != 3:
             raise RecordError(f"{what}: 'out_of_room' should be [errno, strerror, filename], not {room!r}")
-        result = _field(end, "result", Mapping, what, None)
+        result = optional(end, "result", Mapping, what, None)
         return cls(
             result=dict(result) if result is not None else None,
-            error=_field(end, "error", str, what, None),
-            user_error=_field(end, "user_error", bool, what, False),
+            error=optional(end, "error", str, what, None),
+            user_error=optional(end, "user_error", bool, what, False),
             out_of_room=tuple(room) if room is not None else None,  # type: ignore[arg-type]
-            interrupted=_field(end, "interrupted", bool, what, False),
+            interrupted=optional(end, "interrupted", bool, what, False),
         )

@@ -21,7 +21,7 @@ mrbench-resume.json``                                   (``resume.CheckpointWrit
                                                         ``eval_cache.read``)
 ===============================  =====================  ========================================
 
-Each has ``to_json()`` / ``from_json(data, what)`` (:class:`~mrbench.core.records.RecordError`
+Each has ``to_json()`` / ``from_json(data, what)`` (:class:`~mrbench.core.json_fields.RecordError`
 naming ``what`` and the field for anything it cannot read; keys it does not know are ignored) and
 ``read`` / ``write`` for its file, written atomically (a reader never sees half of one). The JSON
 shapes are those mrbench has always written.
@@ -38,8 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mrbench.core import layout
-from mrbench.core.cell_protocol import _field, _required
-from mrbench.core.records import RecordError, _mapping
+from mrbench.core.json_fields import RecordError, is_kind, mapping, optional, required
 from mrbench.core.results_layout import RESUME_MARKER, step_dir_name
 
 RECORD_VERSION = 1
@@ -115,16 +114,16 @@ class PendingRecord:
     @classmethod
     def from_json(cls, data: Any, what: str) -> PendingRecord:
         """Read a record of :data:`RECORD_VERSION`; :class:`RecordError` naming ``what`` and the field."""
-        record = _mapping(data, what)
+        record = mapping(data, what)
         _record_version_problem(record, what, "")
-        pending = _field(record, "pending", list, what, [])
-        result = _field(record, "result", Mapping, what, None)
+        pending = optional(record, "pending", list, what, [])
+        result = optional(record, "result", Mapping, what, None)
         return cls(
-            run_id=_required(record, "run_id", str, what),
-            tracking_uri=_field(record, "tracking_uri", str, what, None),
+            run_id=required(record, "run_id", str, what),
+            tracking_uri=optional(record, "tracking_uri", str, what, None),
             result=dict(result) if result is not None else None,
-            pending=tuple(dict(_mapping(e, f"{what}: pending entry {i}")) for i, e in enumerate(pending)),
-            results_dir=_field(record, "results_dir", str, what, None),
+            pending=tuple(dict(mapping(e, f"{what}: pending entry {i}")) for i, e in enumerate(pending)),
+            results_dir=optional(record, "results_dir", str, what, None),
         )
 
     @classmethod
@@ -241,28 +240,28 @@ class ResumeMarker:
     @classmethod
     def from_json(cls, data: Any, what: str) -> ResumeMarker:
         """Read a marker of :data:`MARKER_VERSION`; :class:`RecordError` naming ``what`` and the field."""
-        marker = _mapping(data, what)
+        marker = mapping(data, what)
         if marker.get("version") != MARKER_VERSION:
             raise RecordError(
                 f"{what} has version {marker.get('version')!r}, this mrbench reads {MARKER_VERSION}"
             )
-        files = _required(marker, "files", Mapping, what)
+        files = required(marker, "files", Mapping, what)
         for name, size in files.items():
-            if not isinstance(size, int) or isinstance(size, bool):
+            if not is_kind(size, int):
                 raise RecordError(f"{what}: 'files' gives {name!r} the size {size!r}, not a number of bytes")
-        trainer = _required(marker, "trainer", Mapping, what)
+        trainer = required(marker, "trainer", Mapping, what)
         if "diagnostics" not in trainer:
             raise RecordError(f"{what}: 'trainer' has no 'diagnostics'")
         return cls(
-            run_key=_required(marker, "run_key", str, what),
-            run_id=_required(marker, "run_id", str, what),
-            tracking_uri=_required(marker, "tracking_uri", str, what),
-            experiment_id=_required(marker, "experiment_id", str, what),
-            step=_required(marker, "step", int, what),
-            processes=_field(marker, "processes", int, what, 1),
+            run_key=required(marker, "run_key", str, what),
+            run_id=required(marker, "run_id", str, what),
+            tracking_uri=required(marker, "tracking_uri", str, what),
+            experiment_id=required(marker, "experiment_id", str, what),
+            step=required(marker, "step", int, what),
+            processes=optional(marker, "processes", int, what, 1),
             files={str(name): size for name, size in files.items()},
             diagnostics=trainer["diagnostics"],
-            batches_scored=_required(trainer, "batches_scored", int, f"{what}: 'trainer'"),
+            batches_scored=required(trainer, "batches_scored", int, f"{what}: 'trainer'"),
         )
 
     @classmethod
@@ -310,18 +309,18 @@ class EvalCacheEntry:
 
     @classmethod
     def from_json(cls, data: Any, what: str) -> EvalCacheEntry:
-        entry = _mapping(data, what)
-        metrics = _required(entry, "metrics", Mapping, what)
+        entry = mapping(data, what)
+        metrics = required(entry, "metrics", Mapping, what)
         for name, value in metrics.items():
-            if not isinstance(value, int | float) or isinstance(value, bool):
+            if not is_kind(value, (int, float)):
                 raise RecordError(f"{what}: metric {name!r} is {value!r}, not a number")
-        samples = _required(entry, "samples", list, what)
-        run_id = _required(entry, "run_id", str, what)
+        samples = required(entry, "samples", list, what)
+        run_id = required(entry, "run_id", str, what)
         if not run_id:
             raise RecordError(f"{what}: 'run_id' is empty")
         return cls(
             dict(metrics),
-            [dict(_mapping(s, f"{what}: sample {i}")) for i, s in enumerate(samples)],
+            [dict(mapping(s, f"{what}: sample {i}")) for i, s in enumerate(samples)],
             run_id,
         )
 

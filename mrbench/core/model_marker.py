@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrbench.core.json_fields import RecordError, mapping
 from mrbench.core.results_layout import MODEL_MARKER
 
 
@@ -43,10 +44,8 @@ class ModelMarker:
         True
         """
         try:
-            data = json.loads((Path(folder) / MODEL_MARKER).read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(data, dict):
+            data = mapping(json.loads((Path(folder) / MODEL_MARKER).read_text()), MODEL_MARKER)
+        except (OSError, ValueError, RecordError):
             return None
         settings = data.get("task_settings")
         facts = {k: v for k, v in data.items() if k != "task_settings"}

@@ -31,22 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrbench.core import layout
-from mrbench.core.errors import UserError
+from mrbench.core.json_fields import RecordError, mapping, mapping_field, number, str_dict
 
-
-class RecordError(UserError):
-    """A JSON artifact that is not the record its name says (damaged, or another program's)."""
-
-
-def _mapping(data: Any, what: str) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        raise RecordError(f"{what} is not a JSON object (damaged, or not written by mrbench)")
-    return data
-
-
-def _number(value: Any) -> float | None:
-    """A JSON number, None for null (an undefined statistic)."""
-    return None if value is None else float(value)
+# RecordError is json_fields' own: code that reads these records may import it from here.
 
 
 def as_nan(value: float | None) -> float:
@@ -87,7 +74,7 @@ class CellEntry:
 
     @classmethod
     def from_json(cls, data: Any, what: str) -> CellEntry:
-        entry = _mapping(data, what)
+        entry = mapping(data, what)
         try:
             return cls(
                 str(entry["run_key"]),
@@ -160,23 +147,17 @@ class SweepRecord:
 
     @classmethod
     def from_json(cls, data: Any, what: str = layout.SWEEP_ARTIFACT) -> SweepRecord:
-        record = _mapping(data, what)
+        record = mapping(data, what)
         cells = record.get("cells") or []
         if not isinstance(cells, list):
             raise RecordError(f"{what}: 'cells' is not a list")
         return cls(
             name=str(record.get("name", "")),
             command=str(record.get("command", "")),
-            config=dict(_mapping(record.get("config") or {}, f"{what}: 'config'")),
-            versions={
-                str(k): str(v)
-                for k, v in _mapping(record.get("versions") or {}, f"{what}: 'versions'").items()
-            },
+            config=dict(mapping_field(record, "config", what)),
+            versions=str_dict(record, "versions", what),
             cells=tuple(CellEntry.from_json(c, f"{what}: cell {i}") for i, c in enumerate(cells)),
-            unavailable={
-                str(k): str(v)
-                for k, v in _mapping(record.get("unavailable") or {}, f"{what}: 'unavailable'").items()
-            },
+            unavailable=str_dict(record, "unavailable", what),
         )
 
 
@@ -217,8 +198,8 @@ class ShadowMeans(ShadowStats):
 
     @classmethod
     def from_json(cls, data: Any, what: str) -> ShadowMeans:
-        values = _mapping(data or {}, what)
-        numbers = {stat: _number(values.get(stat)) for stat in layout.SHADOW_STATS}
+        values = mapping(data or {}, what)
+        numbers = {stat: number(values.get(stat)) for stat in layout.SHADOW_STATS}
         return cls(**numbers, steps=int(values.get("steps") or 0))
 
 
@@ -341,15 +322,15 @@ class Diagnostics:
 
     @classmethod
     def from_json(cls, data: Any, what: str = layout.DIAGNOSTICS_ARTIFACT) -> Diagnostics:
-        record = _mapping(data, what)
+        record = mapping(data, what)
         corr, share, shadow = record.get("corr_matrix"), record.get("share"), record.get("shadow")
         try:
             return cls(
                 components=[str(c) for c in record.get("components") or []],
-                corr_matrix=None if corr is None else [[_number(v) for v in row] for row in corr],
-                share=None if share is None else [_number(v) for v in share],
+                corr_matrix=None if corr is None else [[number(v) for v in row] for row in corr],
+                share=None if share is None else [number(v) for v in share],
                 steps=int(record.get("steps") or 0),
-                resolution=_number(record.get("resolution")),
+                resolution=number(record.get("resolution")),
                 shadow=None
                 if "shadow" not in record
                 else {
@@ -396,12 +377,12 @@ class LabMethod:
 
     @classmethod
     def from_json(cls, data: Any, what: str) -> LabMethod:
-        record = _mapping(data, what)
-        scores = _mapping(record.get("scores") or {}, f"{what}: 'scores'")
+        record = mapping(data, what)
+        scores = mapping_field(record, "scores", what)
         return cls(
             params=dict(record.get("params") or {}),
             batch_coupled=bool(record.get("batch_coupled")),
-            scores={str(k): [_number(v) for v in values] for k, values in scores.items()},
+            scores={str(k): [number(v) for v in values] for k, values in scores.items()},
             iqm=dict(record.get("iqm") or {}),
             poi=dict(record.get("poi") or {}),
         )
@@ -445,14 +426,14 @@ class LabRecord:
 
     @classmethod
     def from_json(cls, data: Any, what: str = layout.LAB_ARTIFACT) -> LabRecord:
-        record = _mapping(data, what)
-        methods = _mapping(record.get("methods") or {}, f"{what}: 'methods'")
+        record = mapping(data, what)
+        methods = mapping_field(record, "methods", what)
         try:
             seeds = [int(s) for s in record.get("seeds") or []]
         except (TypeError, ValueError):
             raise RecordError(f"{what}: 'seeds' is not a list of integers") from None
         return cls(
-            scenario=dict(_mapping(record.get("scenario") or {}, f"{what}: 'scenario'")),
+            scenario=dict(mapping_field(record, "scenario", what)),
             seeds=seeds,
             key_score=str(record.get("key_score") or ""),
             methods={str(n): LabMethod.from_json(m, f"{what}: method {n}") for n, m in methods.items()},
