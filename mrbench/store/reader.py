@@ -5,8 +5,10 @@ Two readers with the same results:
 - :class:`SqliteReader` — for ``sqlite:///`` stores: a handful of read-only SQL queries over
   MLflow's own tables (runs, tags, params, latest_metrics, metrics). Reading 900 runs' learning
   curves one ``get_metric_history`` call at a time takes minutes; one query takes about a second.
-- :class:`ClientReader` — any tracking URI (servers included), through ``MlflowClient``:
-  ``search_runs`` pages for runs and latest metrics, ``get_metric_history`` in a thread pool.
+- :class:`ClientReader` — any tracking URI (servers included), through the
+  :class:`~mrbench.store.client.RetryingClient` every command uses (a brief outage of a tracking
+  server costs a report nothing): ``search_runs`` pages for runs and latest metrics,
+  ``get_metric_history`` in a thread pool.
 
 :func:`open_reader` picks the SQL reader for sqlite stores (falling back to the client if the
 schema is not what it expects) and the client reader otherwise. Both read MLflow only.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from mrbench.store.client import StoreFault, TrackingUnavailable, note_store, tracking_client
 from mrbench.store.faults import fault_cause, store_fault_message
 from mrbench.store.runs import iter_runs
 from mrbench.store.uri import local_path, run_artifacts_folder, sqlite_path
@@ -83,7 +87,8 @@ class _Reader:
         return own.as_uri() if local != own and own.is_dir() else recorded
 
     def read_json_artifact(self, run: RunRecord, path: str) -> Any | None:
-        """A run's JSON artifact, or None if it does not exist or cannot be parsed."""
+        """A run's JSON artifact, or None if it does not exist or cannot be parsed (a store that
+        stays unreachable past the retry bound is a :class:`TrackingUnavailable`, not a gap)."""
         local = local_path(run.artifact_uri)
         try:
             if local is not None:
@@ -91,14 +96,21 @@ class _Reader:
                 if not target.exists():
                     return None
                 return json.loads(target.read_text(encoding="utf-8"))
-            import mlflow.artifacts
-
-            downloaded = mlflow.artifacts.download_artifacts(
-                run_id=run.run_id, artifact_path=path, tracking_uri=self.tracking_uri
-            )
-            return json.loads(Path(downloaded).read_text(encoding="utf-8"))
+            with tempfile.TemporaryDirectory(prefix="mrbench-artifact-") as folder:
+                downloaded = self._download(run.run_id, path, folder)
+                return json.loads(Path(downloaded).read_text(encoding="utf-8"))
+        except TrackingUnavailable:
+            raise
         except Exception:  # missing or unreadable artifact: the report says what it lacks
             return None
+
+    def _download(self, run_id: str, path: str, folder: str) -> str:
+        """Download the run's artifact ``path`` into ``folder``; return the local file."""
+        import mlflow.artifacts
+
+        return mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=path, tracking_uri=self.tracking_uri, dst_path=folder
+        )
 
     def read_json_artifacts(self, runs: list[RunRecord], path: str) -> dict[str, Any]:
         """``run_id → parsed JSON`` for the runs that have ``path``."""
@@ -179,16 +191,19 @@ class SqliteReader(_Reader):
 
 
 class ClientReader(_Reader):
-    """Reads through ``MlflowClient``; works for every tracking URI."""
+    """Reads through :func:`~mrbench.store.client.tracking_client` (every call rides out an outage
+    of ``retry_s`` seconds, default :func:`~mrbench.store.client.tracking_retry_s`); works for every
+    tracking URI."""
 
-    def __init__(self, tracking_uri: str) -> None:
-        from mlflow.tracking import MlflowClient
-
+    def __init__(self, tracking_uri: str, retry_s: float | None = None) -> None:
         self.tracking_uri = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.client = tracking_client(tracking_uri, retry_s)
 
     def close(self) -> None:
-        """Nothing to release: ``MlflowClient`` keeps no open connection of its own."""
+        """Nothing to release: an ``MlflowClient`` keeps no open connection of its own."""
+
+    def _download(self, run_id: str, path: str, folder: str) -> str:
+        return self.client.download_artifacts(run_id, path, folder)
 
     def experiment_id(self, name: str) -> str | None:
         exp = self.client.get_experiment_by_name(name)
@@ -236,8 +251,6 @@ def open_reader(tracking_uri: str, kind: str = "auto") -> Reader:
     :class:`~mrbench.store.client.StoreFault` naming the file; one whose tables are not what the SQL
     reader expects (another MLflow version) is read through the client.
     """
-    from mrbench.store.client import StoreFault, note_store
-
     if kind not in ("auto", "sql", "client"):
         raise ValueError(f"reader kind must be auto, sql or client, got {kind!r}")
     note_store(tracking_uri)

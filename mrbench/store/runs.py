@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from mrbench.core import layout
+from mrbench.core.errors import UserError
 
 PAGE_SIZE = 1000
 """Runs per result page (MLflow's default limit for one ``search_runs`` call is 1000)."""
@@ -44,6 +45,21 @@ def search_all(
     return list(iter_runs(client, experiment_id, filter_string, page_size=page_size))
 
 
+def filter_literal(value: str) -> str:
+    """``value`` as a string literal of an MLflow ``search_runs`` filter: in single quotes, or in
+    double quotes when it holds a single one. MLflow's filters have no escapes (it only strips the
+    quotes around a literal), so a value holding both kinds cannot be searched for: a
+    :class:`~mrbench.core.errors.UserError` naming it.
+
+    >>> print(filter_literal("k1"), filter_literal("it's"))
+    'k1' "it's"
+    """
+    for quote in ("'", '"'):
+        if quote not in value:
+            return f"{quote}{value}{quote}"
+    raise UserError(f"cannot search the tracking store for {value!r}: it holds both kinds of quote")
+
+
 def runs_filter(
     *,
     status: str | None = None,
@@ -58,12 +74,14 @@ def runs_filter(
     """
     terms = []
     if status is not None:
-        terms.append(f"attributes.status = '{status}'")
-    for name, value in ((layout.tag(layout.RUN_KEY), run_key), (layout.PARENT_RUN_TAG, parent_run_id)):
+        terms.append(f"attributes.status = {filter_literal(status)}")
+    for name, value in (
+        (layout.tag(layout.RUN_KEY), run_key),
+        (layout.PARENT_RUN_TAG, parent_run_id),
+        (layout.tag(layout.ROLE), role),
+    ):
         if value is not None:
-            terms.append(f"tags.`{name}` = '{value}'")
-    if role is not None:
-        terms.append(f"tags.`{layout.tag(layout.ROLE)}` = '{role}'")
+            terms.append(f"tags.`{name}` = {filter_literal(value)}")
     return " and ".join(terms)
 
 

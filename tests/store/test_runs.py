@@ -11,12 +11,15 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
+from mrbench.core.errors import UserError
 from mrbench.store.runs import (
     MAX_ERROR_CHARS,
     end_runs,
+    filter_literal,
     find_runs,
     iter_runs,
     running_runs,
+    runs_filter,
     search_all,
 )
 
@@ -98,3 +101,23 @@ def test_runs_are_ended_with_a_status_and_an_error(store: tuple[MlflowClient, st
     (plain,) = end_runs(client, [client.get_run(_run(client, experiment_id))], "KILLED")
     assert client.get_run(plain).info.status == "KILLED"
     assert layout.tag(layout.ERROR) not in client.get_run(plain).data.tags
+
+
+def test_a_value_with_a_quote_is_searched_for_as_it_is(store: tuple[MlflowClient, str]) -> None:
+    """MLflow's filters have no escapes: a value holding ' is quoted with ", one holding both is refused."""
+    client, experiment_id = store
+    quoted = {key: _run(client, experiment_id, **{RUN_KEY: key}) for key in ("it's", 'say "k"', "k")}
+    for key, run_id in quoted.items():
+        assert [r.info.run_id for r in find_runs(client, experiment_id, run_key=key)] == [run_id]
+    assert runs_filter(run_key="it's", role='a"b') == (
+        f"tags.`{RUN_KEY}` = \"it's\" and tags.`{layout.tag(layout.ROLE)}` = 'a\"b'"
+    )
+    with pytest.raises(UserError, match=r"""cannot search the tracking store for 'it\\'s "k"'"""):
+        find_runs(client, experiment_id, run_key='it\'s "k"')
+
+
+@pytest.mark.parametrize(
+    ("value", "literal"), [("k1", "'k1'"), ("", "''"), ("a'b", '"a\'b"'), ('a"b', "'a\"b'")]
+)
+def test_filter_literal(value: str, literal: str) -> None:
+    assert filter_literal(value) == literal
