@@ -5,7 +5,8 @@ transformers, trl, mlflow and the engine (8 s on a quiet machine, 15–21 s unde
 The sweep (:func:`mrbench.sweeps.executors.local.run_processes`) starts
 ``python -m mrbench.sweeps.cell_server SWEEP_PID REPLY_FD`` in a session of its own, sends it one
 JSON line on stdin with what to preload and the sweep's ``sys.path``, waits for ``ready``, then
-sends one line per cell (payload file, environment, log file, working directory). The server
+sends one line per cell (payload file, environment, log file, working directory); the messages
+are the typed records of :mod:`mrbench.sweeps.server_wire`. The server
 forks; the child (:func:`_become_cell`) leaves for a session of its own, points fds 0/1/2 at
 ``/dev/null`` and the cell's log, takes the cell's environment (threads, GPUs), and runs
 :func:`mrbench.sweeps.cell_process.run_worker`: the exit codes, result file, SIGINT handling
@@ -17,7 +18,10 @@ the whole Python process, started once with the environment of that moment and k
 while each sweep (tests run many in one process) needs its own environment and preload; its
 children re-import the parent's ``__main__``; it swallows failed preloads silently, cannot refuse
 to fork when a thread appeared, and does not die with its parent by signal. The protocol here is
-a pipe of JSON lines in each direction, on one machine, between two processes of one sweep.
+a pipe of JSON lines in each direction, on one machine, between two processes of one sweep. A
+line that is not the message it should be never ends either side with a traceback: the sweep
+stops using a server that sent one, and the server refuses (or reports on stderr and skips) a
+request it cannot read.
 
 What keeps forking safe: the server starts no thread (numpy's OpenBLAS would start its pool at
 import, and pyarrow's jemalloc (through mlflow) its background thread, so :data:`SERVER_ENV`
@@ -39,7 +43,6 @@ from __future__ import annotations
 
 import atexit
 import importlib
-import json
 import os
 import select
 import signal
@@ -53,6 +56,19 @@ from typing import IO, Any, NoReturn
 
 from mrbench.core.env import CELL_SERVER
 from mrbench.kit.children import die_with_parent, parent_alive, stop
+from mrbench.sweeps.server_wire import (
+    Exited,
+    ForkRequest,
+    Init,
+    Ready,
+    Refused,
+    Reply,
+    Started,
+    WireError,
+    parse_init,
+    parse_reply,
+    parse_request,
+)
 
 SERVER_ENV = {
     "OPENBLAS_NUM_THREADS": "1",  # OpenBLAS starts its pool when numpy loads it: a thread
@@ -212,17 +228,17 @@ class CellServer:
         os.set_blocking(read_fd, False)
         self._replies, self._buffer, self._eof = read_fd, b"", False
         self.exits: dict[int, int] = {}
-        self.info: dict[str, Any] | None = None  # the ``ready`` reply
+        self.info: Ready | None = None  # the ``ready`` reply
         self.problem: str | None = None  # why the server is unusable, once it is
         self._started = time.monotonic()
         self._next_id = 0
-        self._messages: list[dict[str, Any]] = []
-        self._send({"preload": preload, "path": sys.path})
+        self._answers: dict[int, Started | Refused] = {}  # by request id, until start takes them
+        self._send(Init(tuple(preload), tuple(sys.path)))
 
-    def _send(self, message: dict[str, Any]) -> bool:
+    def _send(self, message: Init | ForkRequest) -> bool:
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.write(message.to_line())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             self.problem = self.problem or "the cell server stopped reading requests"
@@ -242,15 +258,32 @@ class CellServer:
             self._buffer += chunk
         *lines, self._buffer = self._buffer.split(b"\n")
         for line in lines:
-            message = json.loads(line)
-            if "exited" in message:
-                self.exits[int(message["exited"])] = int(message["code"])
+            try:
+                reply: Reply = parse_reply(line)
+            except WireError as exc:
+                # A server that says what it should not cannot be trusted with new cells: ready and
+                # start now fail, and the sweep starts them the old way. The lines after it are
+                # still read, for the exits of the cells it already runs.
+                self.problem = self.problem or f"the cell server sent a malformed reply ({exc})"
+                continue
+            if isinstance(reply, Exited):
+                self.exits[reply.pid] = reply.code
+            elif isinstance(reply, Ready):
+                self.info = self.info or reply
             else:
-                self._messages.append(message)
+                self._answers[reply.id] = reply
 
     def alive(self) -> bool:
         """True while the server runs and its reply pipe is open."""
         return not self._eof and self.proc.poll() is None
+
+    def _exit_code(self) -> int | None:
+        """The code of a server that is no longer alive (None if it still runs)."""
+        # Its reply pipe closes as it exits, a moment before its exit code can be read.
+        try:
+            return self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return None
 
     def ready(self) -> bool | None:
         """True once the server has preloaded, False when it is unusable (see ``problem``), None
@@ -258,21 +291,19 @@ class CellServer:
         if self.problem:
             return False
         self.pump()
-        if self.info is None:
-            for message in self._take("ready"):
-                self.info = message
+        if self.problem:  # a malformed line, even beside ``ready``, makes the server unusable
+            return False
         if self.info is not None:
             return True
         if not self.alive():
-            self.problem = f"the cell server exited with code {self.proc.poll()} while importing"
+            self.problem = f"the cell server exited with code {self._exit_code()} while importing"
         elif time.monotonic() - self._started > READY_TIMEOUT_S:
             self.problem = f"the cell server was not ready after {READY_TIMEOUT_S:.0f} s"
         return False if self.problem else None
 
-    def _take(self, kind: str, request: int | None = None) -> list[dict[str, Any]]:
-        taken = [m for m in self._messages if kind in m and (request is None or m.get("id") == request)]
-        self._messages = [m for m in self._messages if m not in taken]
-        return taken
+    def _take(self, request: int) -> Started | Refused | None:
+        """The server's answer to fork request ``request``, once it has come (each is taken once)."""
+        return self._answers.pop(request, None)
 
     def start(self, payload: Path, env: dict[str, str], log: Path | None) -> ServerCell | None:
         """Have the server fork a child for the cell of ``payload`` with the environment ``env``
@@ -281,20 +312,26 @@ class CellServer:
         if self.problem:
             return None
         self._next_id += 1
-        request = {"id": self._next_id, "payload": str(payload), "env": env, "cwd": os.getcwd()}
-        request["log"] = str(log) if log is not None else None
+        logged = None if log is None else str(log)
+        request = ForkRequest(self._next_id, str(payload), dict(env), os.getcwd(), logged)
         if not self._send(request):
             return None
         deadline = time.monotonic() + REPLY_TIMEOUT_S
         while time.monotonic() < deadline:
             self.pump()
-            for message in self._take("started", self._next_id):
-                return ServerCell(self, int(message["started"]))
-            for message in self._take("refused", self._next_id):
-                self.problem = f"the cell server refused to fork: {message['refused']}"
+            answer = self._take(request.id)
+            if isinstance(answer, Started):  # it runs, even if another line was malformed: watch it
+                return ServerCell(self, answer.pid)
+            if isinstance(answer, Refused):
+                self.problem = f"the cell server refused to fork: {answer.why}"
+                return None
+            if self.problem:
+                # A malformed reply (pump): this cell starts the old way. Were that line its own
+                # ``started``, its forked child runs too; the cell's claim (engine.cell.cell_claim)
+                # lets one of the two run it, as after a reply that came too late.
                 return None
             if not self.alive():
-                self.problem = f"the cell server exited with code {self.proc.poll()}"
+                self.problem = f"the cell server exited with code {self._exit_code()}"
                 return None
             time.sleep(0.005)
         self.problem = f"the cell server did not answer in {REPLY_TIMEOUT_S:.0f} s"
@@ -351,7 +388,7 @@ def _unsafe_to_fork() -> str | None:
     return None
 
 
-def _become_cell(request: dict[str, Any], server_pid: int, reply_fd: int) -> NoReturn:
+def _become_cell(request: ForkRequest, server_pid: int, reply_fd: int) -> NoReturn:
     """In a freshly forked child: become the cell's worker process and exit with its code."""
     code = 1
     try:
@@ -360,17 +397,17 @@ def _become_cell(request: dict[str, Any], server_pid: int, reply_fd: int) -> NoR
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)  # the server's stdin carries the sweep's requests
         os.close(null)
-        if request.get("log"):
-            log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        if request.log:
+            log = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(log, 1)
             os.dup2(log, 2)
             os.close(log)
-        os.chdir(request["cwd"])
+        os.chdir(request.cwd)
         os.environ.clear()
-        os.environ.update(request["env"])  # the cell's threads, GPUs and tokenizers setting
+        os.environ.update(request.env)  # the cell's threads, GPUs and tokenizers setting
         from mrbench.sweeps.cell_process import read_payload, run_worker
 
-        payload = read_payload(Path(request["payload"]))
+        payload = read_payload(Path(request.payload))
         _resize_blas(payload.threads)
         code = run_worker(payload, server_pid)
     except BaseException:  # whatever happens, the child must not return into the server
@@ -398,15 +435,18 @@ def _resize_blas(threads: int) -> None:
     threadpool_limits(limits=threads, user_api="blas")
 
 
-def _reply(fd: int, message: dict[str, Any]) -> None:
-    os.write(fd, json.dumps(message).encode() + b"\n")
+def _reply(fd: int, message: Reply) -> None:
+    """Tell the sweep ``message``."""
+    line = message.to_line()
+    while line:  # a write to a pipe may take part of a long line (a ``ready`` with many failures)
+        line = line[os.write(fd, line) :]
 
 
-def _fork_cell(request: dict[str, Any], reply_fd: int, children: set[int]) -> None:
+def _fork_cell(request: ForkRequest, reply_fd: int, children: set[int]) -> None:
     """Fork a child for ``request`` (or refuse) and tell the sweep its pid."""
     problem = _unsafe_to_fork()
     if problem is not None:
-        _reply(reply_fd, {"id": request["id"], "refused": problem})
+        _reply(reply_fd, Refused(request.id, problem))
         return
     sys.stdout.flush()  # else the child would write the server's buffered output again
     sys.stderr.flush()
@@ -415,7 +455,7 @@ def _fork_cell(request: dict[str, Any], reply_fd: int, children: set[int]) -> No
     if pid == 0:
         _become_cell(request, server_pid, reply_fd)
     children.add(pid)
-    _reply(reply_fd, {"id": request["id"], "started": pid})
+    _reply(reply_fd, Started(request.id, pid))
 
 
 def _reap(reply_fd: int, children: set[int]) -> None:
@@ -429,7 +469,7 @@ def _reap(reply_fd: int, children: set[int]) -> None:
         if pid == 0:
             return
         children.discard(pid)
-        _reply(reply_fd, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        _reply(reply_fd, Exited(pid, os.waitstatus_to_exitcode(status)))
 
 
 def _serve(sweep_pid: int, reply_fd: int, buffer: bytes = b"") -> None:
@@ -452,8 +492,24 @@ def _serve(sweep_pid: int, reply_fd: int, buffer: bytes = b"") -> None:
             buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
-            _fork_cell(json.loads(line), reply_fd, children)
+            request = _read_request(line, reply_fd)
+            if request is not None:
+                _fork_cell(request, reply_fd, children)
         _reap(reply_fd, children)
+
+
+def _read_request(line: bytes, reply_fd: int) -> ForkRequest | None:
+    """The fork request ``line``, or None when it is malformed: refused when it has an id (the
+    sweep waits for that answer), else reported on stderr (the server's log) and skipped. Either
+    way the server keeps serving: the cells it runs stay in its care."""
+    try:
+        return parse_request(line)
+    except WireError as exc:
+        if exc.request_id is not None:
+            _reply(reply_fd, Refused(exc.request_id, f"malformed request ({exc})"))
+        else:
+            print(f"cell server: skipped a malformed request ({exc})", file=sys.stderr, flush=True)
+        return None
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -477,10 +533,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         buffer += chunk
     first, _, rest = buffer.partition(b"\n")
-    init = json.loads(first)
-    sys.path.extend(p for p in init["path"] if p not in sys.path)  # the cell function's module
-    failed = _preload(init["preload"])
-    _reply(reply_fd, {"ready": os.getpid(), "threads": thread_count(), "failed": failed})
+    try:
+        init = parse_init(first)
+    except WireError as exc:  # nothing to preload or serve by: the sweep starts its cells the old way
+        print(f"cell server: {exc}", file=sys.stderr, flush=True)
+        return 2
+    sys.path.extend(p for p in init.path if p not in sys.path)  # the cell function's module
+    failed = _preload(list(init.preload))
+    _reply(reply_fd, Ready(os.getpid(), thread_count(), tuple(failed)))
     _serve(sweep_pid, reply_fd, rest)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -3,7 +3,8 @@ it runs, then ends as its seed says. Standard library only, so that a cell start
 server's preload starts fast too.
 
 Imported by a cell server, this module can also misbehave on purpose (``$MRBENCH_TEST_SERVER``):
-``die`` exits the server while it preloads, ``thread`` starts a thread in it.
+``die`` exits the server while it preloads, ``thread`` starts a thread in it, ``garbage`` writes a
+line that is no reply on its reply pipe.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ if _in_cell_server():
         os._exit(7)
     if os.environ.get(MISCHIEF_ENV) == "thread":
         threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+    if os.environ.get(MISCHIEF_ENV) == "garbage":  # argv: the server's path, SWEEP_PID, REPLY_FD
+        os.write(int(sys.argv[2]), b"garbage\n")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import pytest
 from server_cells import MISCHIEF_ENV, RECORD_ENV, SECONDS_ENV, TinySpec, facts_cell
 
 from mrbench.sweeps import cell_server
+from mrbench.sweeps import server_wire as wire
 from mrbench.sweeps.cell import Cell, CellContext
 from mrbench.sweeps.executors.local import run_processes
 
@@ -145,8 +146,8 @@ def test_without_the_server_each_cell_is_a_new_interpreter(
     assert facts(record, 0)["ppid"] == os.getpid() and not facts(record, 0)["torch_loaded"]
 
 
-@pytest.mark.parametrize("mischief", ["die", "thread"])
-def test_a_server_that_dies_or_holds_a_thread_leaves_the_cells_to_new_interpreters(
+@pytest.mark.parametrize("mischief", ["die", "thread", "garbage"])
+def test_a_server_that_dies_holds_a_thread_or_talks_garbage_leaves_the_cells_to_new_interpreters(
     record: Path, light: None, monkeypatch: pytest.MonkeyPatch, mischief: str
 ) -> None:
     monkeypatch.setenv(MISCHIEF_ENV, mischief)
@@ -154,8 +155,46 @@ def test_a_server_that_dies_or_holds_a_thread_leaves_the_cells_to_new_interprete
     outcomes = run(record, [0, 3], progress=progress)
     assert [o.status for o in outcomes.values()] == ["FINISHED", "FINISHED"]
     assert {facts(record, s)["ppid"] for s in (0, 3)} == {os.getpid()}
-    said = "exited with code 7 while importing" if mischief == "die" else "refused to fork: the server runs 2"
+    said = {
+        "die": "exited with code 7 while importing",
+        "thread": "refused to fork: the server runs 2",
+        "garbage": "sent a malformed reply (reply: not a line of JSON: b'garbage')",  # not a traceback
+    }[mischief]
     assert len(progress.printed) == 1 and said in progress.printed[0], progress.printed
+
+
+def serve(lines: list[bytes]) -> tuple[int, list[Any], str]:
+    """Run a bare server (nothing to preload) on ``lines``, then close its stdin: its exit code,
+    replies and stderr."""
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "rb") as replies:
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mrbench.sweeps.cell_server", str(os.getpid()), str(write_fd)],
+                stdin=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(write_fd,),
+            )
+        finally:
+            os.close(write_fd)  # the server has its copy: EOF here once it exits
+        _, err = proc.communicate(b"".join(lines), timeout=60)
+        return proc.returncode, [wire.parse_reply(line) for line in replies], err.decode()
+
+
+def test_the_server_refuses_or_skips_a_malformed_request_and_keeps_serving() -> None:
+    request = {"id": 9, "payload": "/nowhere.json", "env": {"A": 1}, "cwd": "/", "log": None}
+    code, replies, err = serve(
+        [wire.Init((), ()).to_line(), b"garbage\n", json.dumps(request).encode() + b"\n", b'{"id": "x"}\n']
+    )
+    assert code == 0 and isinstance(replies[0], wire.Ready)
+    assert replies[1:] == [wire.Refused(9, replies[1].why)]  # by its id; the sweep waits for that
+    assert "fork request: 'env' should be an object of strings" in replies[1].why
+    assert err.count("cell server: skipped a malformed request (fork request:") == 2, err
+
+
+def test_a_server_given_a_malformed_init_line_exits_2_naming_the_field() -> None:
+    code, replies, err = serve([b'{"preload": ["torch"], "path": "/"}\n'])
+    assert (code, replies) == (2, []) and "init line: 'path' should be a list of str" in err, err
 
 
 def start_driver(record: Path, seeds: str) -> subprocess.Popen[str]:
