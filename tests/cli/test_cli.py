@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -126,6 +127,16 @@ def test_bad_input_exits_2_naming_the_value(args, named):
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert named.lower() in proc.stderr.lower()
     assert "Traceback" not in proc.stderr
+
+
+def test_more_code_problems_than_the_split_holds_exit_2_before_any_run(tmp_path):
+    """n_eval beyond the eval split is refused when the task is built: no store, no FAILED run."""
+    results = tmp_path / "results"
+    env = {**os.environ, "MRBENCH_RESULTS": str(results)}
+    proc = mrbench("run", "--task", "code-generation", "--task-param", "n_eval=1000", "--steps", "1", env=env)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "n_eval=1000 but the eval split of 'embedded' has only 42 problems" in proc.stderr
+    assert "Traceback" not in proc.stderr and not results.exists()
 
 
 def test_unreachable_tracking_store_fails_before_training(tmp_path):

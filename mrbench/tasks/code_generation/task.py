@@ -45,7 +45,8 @@ _SUBSET_SIZES = {"n_train": Range(ge=1, le=5_000), "n_eval": Range(ge=1, le=5_00
 """The ranges of ``n_train`` and ``n_eval``, which may also be None (the whole split): kept here, as
 the registry checks a default (None) against the range its annotation declares. At most 5,000: no
 split of the code datasets is larger (LeetCodeDataset's train split, the largest, has 2,641); a
-size beyond the chosen split is refused when the split is read (:func:`_subset`)."""
+size beyond the chosen split is refused when the task is built
+(:meth:`CodeGenerationTask.check_subset_sizes`), before any run exists."""
 
 
 def dataset_split(dataset: str) -> tuple[list[Problem], list[Problem]]:
@@ -96,11 +97,19 @@ def _sample(problem: Problem) -> Sample:
     )
 
 
+def _check_size(n: int | None, available: int, what: str, split: str) -> None:
+    """RegistryError when setting ``what`` asks for ``n`` problems and ``split`` holds fewer."""
+    if n is not None and n > available:
+        raise RegistryError(
+            f"{what}={n} but {split} has only {available} problems; give at most {available}, "
+            f"or leave {what} unset for all of them"
+        )
+
+
 def _subset(problems: list[Problem], n: int | None, seed: int, what: str) -> list[Problem]:
     if n is None:
         return list(problems)
-    if n > len(problems):
-        raise RegistryError(f"{what}={n} but only {len(problems)} problems are available; give at most that")
+    _check_size(n, len(problems), what, "the split")
     return random.Random(f"{what}:{seed}").sample(problems, n)
 
 
@@ -161,15 +170,28 @@ class CodeGenerationTask(Task):
 
     def eval_problems(self) -> list[Problem]:
         """Held-out problems: the eval split, or all of ``eval_dataset`` when it differs."""
+        return _subset(self._eval_pool()[1], self.n_eval, self.seed, "n_eval")
+
+    def _eval_pool(self) -> tuple[str, list[Problem]]:
+        """What ``n_eval`` picks from: its name (for messages) and its problems."""
         if self.eval_dataset == self.dataset:
-            pool = dataset_split(self.dataset)[1]
-        elif self.eval_dataset in EVAL_ONLY:
-            pool = list(self._livecodebench_index().values())
-        elif self.eval_dataset in ("mbpp", "leetcode"):
-            pool = dataset_split(self.eval_dataset)[1]  # their test split
-        else:
-            pool = all_problems(self.eval_dataset)
-        return _subset(pool, self.n_eval, self.seed, "n_eval")
+            return f"the eval split of {self.dataset!r}", dataset_split(self.dataset)[1]
+        if self.eval_dataset in EVAL_ONLY:
+            return f"{self.eval_dataset!r} at {self.data_path!r}", list(self._livecodebench_index().values())
+        if self.eval_dataset in ("mbpp", "leetcode"):
+            return f"the test split of {self.eval_dataset!r}", dataset_split(self.eval_dataset)[1]
+        return repr(self.eval_dataset), all_problems(self.eval_dataset)
+
+    def check_subset_sizes(self) -> None:
+        """A :class:`RegistryError` when ``n_train`` or ``n_eval`` asks for more problems than the
+        split it picks from holds (reading that split): the factory's check, so that such a
+        setting exits 2 before any run exists instead of failing the cell's run."""
+        if self.n_train is not None:
+            train = dataset_split(self.dataset)[0]
+            _check_size(self.n_train, len(train), "n_train", f"the train split of {self.dataset!r}")
+        if self.n_eval is not None:
+            split, problems = self._eval_pool()
+            _check_size(self.n_eval, len(problems), "n_eval", split)
 
     def train_samples(self) -> list[Sample]:
         """One chat prompt per training problem; columns ``problem_id`` and ``dataset``."""
@@ -347,8 +369,9 @@ def code_generation(
             all of that dataset (its test split for mbpp/leetcode).
         weights: ``equal`` (1 each), ``paper`` (the CorrGRPO launcher's GRPO weighting) or
             ``component=value,…``; see :mod:`mrbench.tasks.code_generation.rewards`.
-        n_train: training problems (None = the whole train split; else a seeded subset).
-        n_eval: evaluation problems (None = all; else a seeded subset).
+        n_train: training problems (None = the whole train split; else a seeded subset, at most
+            the split's size).
+        n_eval: evaluation problems (None = all; else a seeded subset, at most their number).
         seed: seed of the subsets (the splits themselves are fixed) and of the evaluation's
             sampled completions (the same for every checkpoint, so they differ by their weights only).
         timeout_s: wall-clock limit per program run, seconds (the paper: 5).
@@ -375,7 +398,7 @@ def code_generation(
 
     for name in sorted({dataset, eval_dataset} & set(hub.HUB_SPLITS)):  # offline: one line, before any run
         hub.require(name, train=name == dataset)
-    return CodeGenerationTask(
+    task = CodeGenerationTask(
         dataset=dataset,
         eval_dataset=eval_dataset,
         weights=rewards.resolve_weights(weights),
@@ -387,3 +410,5 @@ def code_generation(
         n_sampled=n_sampled,
         data_path=str(data_path),
     )
+    task.check_subset_sizes()  # n_train / n_eval beyond their split: exit 2 now, not a FAILED run
+    return task

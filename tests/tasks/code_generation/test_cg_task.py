@@ -6,6 +6,7 @@ import pytest
 
 import mrbench.tasks as tasks
 from mrbench.core.contracts import RewardComponent, Sample, Task
+from mrbench.core.errors import RegistryError
 from mrbench.tasks.code_generation import COMPONENTS, code_generation
 from mrbench.tasks.code_generation.task import DATASETS, CodeGenerationTask, dataset_split
 
@@ -83,8 +84,30 @@ def test_subsets_are_seeded_and_deterministic():
     assert a == [s.id for s in code_generation(n_train=20, seed=1).train_samples()]
     assert a != [s.id for s in code_generation(n_train=20, seed=2).train_samples()]
     assert len(code_generation(n_eval=5).eval_samples()) == 5
-    with pytest.raises(ValueError, match="n_train=1000 but only 146"):
-        code_generation(n_train=1000).train_samples()
+    assert len(code_generation(n_train=146, n_eval=42).eval_samples()) == 42  # the whole splits
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"n_train": 147},
+            r"^n_train=147 but the train split of 'embedded' has only 146 problems; give at most 146",
+        ),
+        (
+            {"n_eval": 1000},
+            r"^n_eval=1000 but the eval split of 'embedded' has only 42 problems; give at most 42",
+        ),
+        ({"n_eval": 165, "eval_dataset": "humaneval"}, r"^n_eval=165 but 'humaneval' has only 164 problems"),
+        ({"n_eval": 34, "dataset": "humaneval"}, r"^n_eval=34 but the eval split of 'humaneval' has only 33"),
+    ],
+)
+def test_a_subset_larger_than_its_split_is_refused_when_the_task_is_built(kwargs, message):
+    """Before any run exists (``mrbench run`` exits 2), not when the cell first reads the split."""
+    with pytest.raises(RegistryError, match=message):
+        code_generation(**kwargs)
+    with pytest.raises(RegistryError, match=r"or leave n_\w+ unset for all of them$"):
+        tasks.build_task("code-generation", {k: str(v) for k, v in kwargs.items()})
 
 
 def test_eval_on_another_dataset_uses_all_of_it():
