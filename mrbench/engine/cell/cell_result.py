@@ -4,11 +4,10 @@ from JSON (a pending record's ``result``, a multi-process cell's rank 0 answer) 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrbench.core.records import RecordError
+from mrbench.core.json_fields import RecordError, is_kind, mapping, optional, required
 
 
 @dataclass
@@ -38,34 +37,31 @@ class CellResult:
         >>> CellResult.from_mapping({"run_id": "r", "run_key": "k", "status": "FINISHED"}, "x").status
         'FINISHED'
         """
-        if not isinstance(data, Mapping):
-            raise RecordError(f"{source} is not a JSON object (damaged, or not written by mrbench)")
+        data = mapping(data, source)
         unknown = sorted(str(key) for key in data if key not in _RESULT_FIELDS)
         if unknown:
             raise RecordError(f"{source}: unknown field(s) {', '.join(map(repr, unknown))}")
         values: dict[str, Any] = {}
         for name, kind in _RESULT_FIELDS.items():
-            if name not in data:
-                if name in _REQUIRED_RESULT_FIELDS:
-                    raise RecordError(f"{source}: {name!r} is missing")
-                continue
-            value = data[name]
-            if kind is dict:
-                values[name] = _metrics(value, name, source)
-            elif kind is float:
-                values[name] = float(_typed(value, (int, float), name, source))
+            if name in _REQUIRED_RESULT_FIELDS:
+                value = required(data, name, kind, source)
             else:
-                values[name] = _typed(value, kind, name, source)
+                value = optional(data, name, kind, source, None)
+            if value is None:
+                continue
+            values[name] = _metrics(value, name, source) if kind is dict else value
+        if "wall_s" in values:
+            values["wall_s"] = float(values["wall_s"])
         return cls(**values)
 
 
-_RESULT_FIELDS: dict[str, type] = {
+_RESULT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "run_id": str,
     "run_key": str,
     "status": str,
     "metrics_before": dict,
     "metrics_after": dict,
-    "wall_s": float,
+    "wall_s": (int, float),
     "primary_metric": str,
     "checkpoint_dir": str,
     "recovered": bool,
@@ -78,17 +74,8 @@ _REQUIRED_RESULT_FIELDS = frozenset(
 )
 
 
-def _typed(value: Any, kind: type | tuple[type, ...], name: str, source: str) -> Any:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        names = " or ".join(k.__name__ for k in kinds)
-        raise RecordError(f"{source}: {name!r} should be {names}, not {value!r}")
-    return value
-
-
-def _metrics(value: Any, name: str, source: str) -> dict[str, float]:
-    metrics = _typed(value, dict, name, source)
-    for key, number in metrics.items():
-        if not isinstance(number, int | float) or isinstance(number, bool):
+def _metrics(value: dict[str, Any], name: str, source: str) -> dict[str, float]:
+    for key, number in value.items():
+        if not is_kind(number, (int, float)):
             raise RecordError(f"{source}: {name!r} gives {key!r} the value {number!r}, not a number")
-    return {str(key): float(number) for key, number in metrics.items()}
+    return {str(key): float(number) for key, number in value.items()}
