@@ -82,6 +82,74 @@ def _record_version_problem(record: Mapping[str, Any], what: str, remedy: str) -
 
 
 @dataclass(frozen=True)
+class LogBatch:
+    """One ``log_batch`` call a cell could not send: metrics, params and tags (each may be empty).
+
+    JSON: ``{"op": "log", "metrics": [[key, value, timestamp_ms, step], ...], "params": {key:
+    value}, "tags": {key: value}}`` (an empty part is left out).
+    """
+
+    metrics: tuple[tuple[str, float, int, int], ...] = ()
+    params: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"op": "log"}
+        if self.metrics:
+            data["metrics"] = [list(point) for point in self.metrics]
+        if self.params:
+            data["params"] = dict(self.params)
+        if self.tags:
+            data["tags"] = dict(self.tags)
+        return data
+
+
+@dataclass(frozen=True)
+class LogArtifact:
+    """One artifact a cell could not upload: ``path``, its artifact path, which is also where the
+    file waits under the cell's spool folder. JSON: ``{"op": "artifact", "path": path}``."""
+
+    path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": "artifact", "path": self.path}
+
+
+PendingEntry = LogBatch | LogArtifact
+"""What :class:`~mrbench.engine.runs.tracking.RunLog` keeps while the store is down."""
+
+
+def pending_entry(data: Any, what: str) -> PendingEntry:
+    """The entry JSON object ``data`` holds; a :class:`RecordError` naming ``what`` and the field.
+
+    >>> pending_entry({"op": "log", "metrics": [["loss", 0.5, 1000, 2]]}, "record.json")
+    LogBatch(metrics=(('loss', 0.5, 1000, 2),), params={}, tags={})
+    >>> pending_entry({"op": "send"}, "record.json")
+    Traceback (most recent call last):
+    ...
+    mrbench.core.json_fields.RecordError: record.json: 'op' should be 'log' or 'artifact', not 'send'
+    """
+    entry = mapping(data, what)
+    op = required(entry, "op", str, what)
+    if op == "artifact":
+        return LogArtifact(required(entry, "path", str, what))
+    if op != "log":
+        raise RecordError(f"{what}: 'op' should be 'log' or 'artifact', not {op!r}")
+    points = []
+    for i, point in enumerate(optional(entry, "metrics", list, what, [])):
+        kinds = (str, (int, float), int, int)
+        if not isinstance(point, list) or len(point) != 4 or not all(map(is_kind, point, kinds)):
+            raise RecordError(f"{what}: metric {i} should be [key, value, timestamp_ms, step], not {point!r}")
+        key, value, timestamp, step = point
+        points.append((key, float(value), timestamp, step))
+    params, tags = (optional(entry, part, Mapping, what, {}) for part in ("params", "tags"))
+    for part, values in (("params", params), ("tags", tags)):
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+            raise RecordError(f"{what}: {part!r} should map names to strings, not {dict(values)!r}")
+    return LogBatch(tuple(points), dict(params), dict(tags))
+
+
+@dataclass(frozen=True)
 class PendingRecord:
     """What a cell's run could not log while its store was down, for a rerun of the cell to log.
 
@@ -89,7 +157,7 @@ class PendingRecord:
         run_id: the run it belongs to.
         tracking_uri: the store that run is in (None only in records that never name one).
         result: the cell's result (``CellResult``'s fields; None only in records without one).
-        pending: the log entries not sent yet, in order (``RunLog``'s pending entries: JSON objects).
+        pending: the log entries not sent yet, in order (:data:`PendingEntry`).
         results_dir: the results folder the record was written in (None: not recorded); reading
             it in another one re-roots its paths (:meth:`rerooted`).
     """
@@ -97,7 +165,7 @@ class PendingRecord:
     run_id: str
     tracking_uri: str | None = None
     result: Mapping[str, Any] | None = None
-    pending: tuple[Mapping[str, Any], ...] = ()
+    pending: tuple[PendingEntry, ...] = ()
     results_dir: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -106,7 +174,7 @@ class PendingRecord:
             data["tracking_uri"] = self.tracking_uri
         if self.result is not None:
             data["result"] = dict(self.result)
-        data["pending"] = [dict(entry) for entry in self.pending]
+        data["pending"] = [entry.to_json() for entry in self.pending]
         if self.results_dir is not None:
             data["results_dir"] = self.results_dir
         return data | {"version": RECORD_VERSION}
@@ -122,7 +190,7 @@ class PendingRecord:
             run_id=required(record, "run_id", str, what),
             tracking_uri=optional(record, "tracking_uri", str, what, None),
             result=dict(result) if result is not None else None,
-            pending=tuple(dict(mapping(e, f"{what}: pending entry {i}")) for i, e in enumerate(pending)),
+            pending=tuple(pending_entry(e, f"{what}: pending entry {i}") for i, e in enumerate(pending)),
             results_dir=optional(record, "results_dir", str, what, None),
         )
 
@@ -176,12 +244,12 @@ class PendingRecord:
         result = self.result
         if result is not None and result.get(_CHECKPOINT_DIR):
             result = {**result, _CHECKPOINT_DIR: moved(result[_CHECKPOINT_DIR])}
-        pending = []
+        pending: list[PendingEntry] = []
         for entry in self.pending:
-            params = entry.get("params") or {}
-            if layout.PARAM_CHECKPOINT_DIR in params:
+            if isinstance(entry, LogBatch) and layout.PARAM_CHECKPOINT_DIR in entry.params:
+                params = entry.params
                 params = {**params, layout.PARAM_CHECKPOINT_DIR: moved(params[layout.PARAM_CHECKPOINT_DIR])}
-                entry = {**entry, "params": params}
+                entry = replace(entry, params=params)
             pending.append(entry)
         return replace(
             self, tracking_uri=tracking_uri, result=result, pending=tuple(pending), results_dir=str(results)

@@ -14,6 +14,8 @@ from mrbench.core.cell_records import (
     MARKER_VERSION,
     RECORD_VERSION,
     EvalCacheEntry,
+    LogArtifact,
+    LogBatch,
     PendingRecord,
     ResumeMarker,
 )
@@ -35,7 +37,7 @@ RECORD = PendingRecord(
     run_id="r1",
     tracking_uri="sqlite:///x.db",
     result={"run_id": "r1", "status": "FINISHED", "checkpoint_dir": "/a/checkpoints/k/final"},
-    pending=({"op": "log", "metrics": [["m", 0.5, 1000, 2]]}, {"op": "artifact", "path": "d.json"}),
+    pending=(LogBatch(metrics=(("m", 0.5, 1000, 2),)), LogArtifact("d.json")),
     results_dir="/a",
 )
 
@@ -108,9 +110,9 @@ def test_a_pending_record_read_in_a_moved_results_folder_is_rerooted() -> None:
         _store(old),
         {"checkpoint_dir": final, "status": "FINISHED"},
         (
-            {"op": "log", "params": {layout.PARAM_CHECKPOINT_DIR: final, "other": "x"}},
-            {"op": "log", "params": {layout.PARAM_CHECKPOINT_DIR: "/elsewhere/final"}},
-            {"op": "artifact", "path": "d.json"},
+            LogBatch(params={layout.PARAM_CHECKPOINT_DIR: final, "other": "x"}),
+            LogBatch(params={layout.PARAM_CHECKPOINT_DIR: "/elsewhere/final"}),
+            LogArtifact("d.json"),
         ),
         str(old),
     )
@@ -119,9 +121,9 @@ def test_a_pending_record_read_in_a_moved_results_folder_is_rerooted() -> None:
     assert moved.tracking_uri == _store(new) and moved.results_dir == str(new)
     assert moved.result == {"checkpoint_dir": moved_final, "status": "FINISHED"}
     assert moved.pending == (
-        {"op": "log", "params": {layout.PARAM_CHECKPOINT_DIR: moved_final, "other": "x"}},
-        {"op": "log", "params": {layout.PARAM_CHECKPOINT_DIR: "/elsewhere/final"}},  # not under it
-        {"op": "artifact", "path": "d.json"},
+        LogBatch(params={layout.PARAM_CHECKPOINT_DIR: moved_final, "other": "x"}),
+        LogBatch(params={layout.PARAM_CHECKPOINT_DIR: "/elsewhere/final"}),  # not under it
+        LogArtifact("d.json"),
     )
     assert record.result is not None and record.result["checkpoint_dir"] == final  # not changed in place
     assert record.rerooted(old, _store) is record  # not moved
@@ -229,3 +231,32 @@ def test_eval_cache_entry_round_trip_and_file(tmp_path: Path) -> None:
 def test_eval_cache_entry_bad_fields_are_named(data: dict[str, Any], message: str) -> None:
     with pytest.raises(RecordError, match=rf"^entry\.json: {message}"):
         EvalCacheEntry.from_json(data, "entry.json")
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"op": "send"}, "'op' should be 'log' or 'artifact', not 'send'"),
+        ({"path": "d.json"}, "'op' is missing"),
+        ({"op": "artifact"}, "'path' is missing"),
+        ({"op": "log", "metrics": [["m", "high", 1, 2]]}, r"metric 0 should be \[key, value, timestamp_ms"),
+        ({"op": "log", "metrics": [["m", 0.5, 1]]}, "metric 0 should be"),
+        ({"op": "log", "params": {"lr": 0.1}}, "'params' should map names to strings"),
+        ({"op": "log", "tags": ["a"]}, "'tags' should be Mapping"),
+        ("log", "is not a JSON object"),
+    ],
+)
+def test_a_malformed_pending_entry_is_named(entry: object, message: str) -> None:
+    data = {"run_id": "r", "pending": [{"op": "log"}, entry], "version": RECORD_VERSION}
+    with pytest.raises(RecordError, match=f"the record: pending entry 1.*{message}"):
+        PendingRecord.from_json(data, "the record")
+
+
+def test_pending_entries_keep_their_json_shape() -> None:
+    batch = LogBatch(metrics=(("m", 0.5, 1000, 2),), params={"a": "1"}, tags={"t": "x"})
+    expected = {"op": "log", "metrics": [["m", 0.5, 1000, 2]], "params": {"a": "1"}, "tags": {"t": "x"}}
+    assert batch.to_json() == expected
+    assert LogBatch(tags={"t": "x"}).to_json() == {"op": "log", "tags": {"t": "x"}}  # empty parts left out
+    assert LogArtifact("d/e.json").to_json() == {"op": "artifact", "path": "d/e.json"}
+    record = PendingRecord("r", pending=(batch, LogArtifact("d/e.json")))
+    assert PendingRecord.from_json(record.to_json(), "x") == record

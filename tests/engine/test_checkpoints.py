@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
-from mrbench.core.cell_records import PendingRecord
+from mrbench.core.cell_records import LogBatch, PendingRecord
 from mrbench.core.errors import UserError
 from mrbench.core.records import RecordError
 from mrbench.engine.cell.checkpoints import (
@@ -53,7 +53,7 @@ def test_parse_save() -> None:
 def test_record_round_trip_and_cleanup(results: Path) -> None:
     folder = CellFolder.for_run_key("abc123")
     assert folder.root == results / "checkpoints" / "abc123" and folder.read_pending() is None
-    path = folder.write_pending(PendingRecord("r", pending=({"op": "log", "tags": {"a": "b"}},)))
+    path = folder.write_pending(PendingRecord("r", pending=(LogBatch(tags={"a": "b"}),)))
     assert path == folder.pending / "record.json"
     assert json.loads(path.read_text()) == {
         "run_id": "r",
@@ -62,7 +62,7 @@ def test_record_round_trip_and_cleanup(results: Path) -> None:
         "results_dir": str(results),
     }
     assert folder.read_pending() == PendingRecord(
-        "r", pending=({"op": "log", "tags": {"a": "b"}},), results_dir=str(results)
+        "r", pending=(LogBatch(tags={"a": "b"}),), results_dir=str(results)
     )
     path.write_text(json.dumps({"version": 99}))
     with pytest.raises(UserError, match="record version 99"):
@@ -110,13 +110,16 @@ def test_run_log_keeps_what_an_unreachable_store_missed_and_sends_it_later(tmp_p
     run_log.metrics({"train/loss": 0.5}, 1)
     run_log.metrics({"train/loss": 0.25, "reward": 1.0}, 2)
     run_log.json_artifact([{"a": 1}, {"a": 2}], layout.EVAL_SAMPLES_AFTER)
-    assert [entry["op"] for entry in run_log.pending] == ["log", "log", "log", "artifact"]
+    assert [entry.to_json()["op"] for entry in run_log.pending] == ["log", "log", "log", "artifact"]
     with pytest.raises(TrackingUnavailable, match="unreachable"):
         run_log.flush()
     assert len(run_log.pending) == 4  # nothing lost
 
-    pending = json.loads(json.dumps(run_log.pending))  # what a record carries to another process
-    RunLog(RetryingClient(uri), run_id, spool, pending).flush()
+    # What a record carries to another process: the entries through their JSON and back.
+    record = PendingRecord(run_id, pending=tuple(run_log.pending))
+    carried = PendingRecord.from_json(json.loads(json.dumps(record.to_json())), "record.json")
+    assert carried == record
+    RunLog(RetryingClient(uri), run_id, spool, carried.pending).flush()
     client = MlflowClient(uri)
     run = client.get_run(run_id)
     assert run.data.params == {"method": "gdpo"} and run.data.metrics == {"train/loss": 0.25, "reward": 1.0}
@@ -181,7 +184,7 @@ def test_a_record_is_logged_to_its_run_without_training(tmp_path, results):
     spec = RunSpec(method="gdpo", task="tool-calling", model="/no/such/model", seed=0)
     run_id = MlflowClient(uri).create_run(ensure_experiment("rec", uri)).info.run_id
     folder = CellFolder.for_run_key(spec.run_key())
-    pending = [{"op": "log", "metrics": [[layout.eval_metric("exact_match"), 0.5, 1000, 2]]}]
+    pending = [LogBatch(metrics=((layout.eval_metric("exact_match"), 0.5, 1000, 2),))]
     result = {"run_id": run_id, "run_key": spec.run_key(), "status": "FINISHED", "wall_s": 3.0}
     folder.write_pending(PendingRecord(run_id, "sqlite:///elsewhere.db", result))
 

@@ -22,7 +22,7 @@ from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
-from mrbench.core.cell_records import PendingRecord
+from mrbench.core.cell_records import LogArtifact, LogBatch, PendingRecord
 from mrbench.engine.cell.checkpoints import CellFolder
 from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import RunSpec
@@ -229,8 +229,8 @@ def test_a_record_left_by_an_outage_is_finished_after_a_move(
     folder.pending.mkdir()
     (folder.pending / layout.DIAGNOSTICS_ARTIFACT).write_text('{"ok": 1}')
     pending = [
-        {"op": "log", "params": {layout.PARAM_CHECKPOINT_DIR: str(folder.final)}},
-        {"op": "artifact", "path": layout.DIAGNOSTICS_ARTIFACT},
+        LogBatch(params={layout.PARAM_CHECKPOINT_DIR: str(folder.final)}),
+        LogArtifact(layout.DIAGNOSTICS_ARTIFACT),
     ]
     result = {
         "run_id": run_id,

@@ -537,7 +537,7 @@ def _finish_recorded(record: PendingRecord, folder: CellFolder, client: Retrying
         raise RecordError(f"{exc}; delete {folder.pending} to run again") from None
     result = dataclasses.replace(recorded, recovered=True)
     log.warning("run %s: logging what an earlier attempt kept in %s (no training)", run_id, folder.pending)
-    _finish(RunLog(client, run_id, folder.pending, [dict(e) for e in record.pending]), folder, result)
+    _finish(RunLog(client, run_id, folder.pending, record.pending), folder, result)
     return result
 
 

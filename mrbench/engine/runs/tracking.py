@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mrbench.core.cell_records import LogArtifact, LogBatch, PendingEntry
 from mrbench.store.client import RetryingClient, TrackingUnavailable
 from mrbench.store.runs import end_run
 
@@ -43,20 +44,20 @@ class RunLog:
     while the store is still down, keeping the rest; a later process finishes the job with
     ``RunLog(client, run_id, spool, pending).flush()`` (see :mod:`mrbench.engine.cell.runner`).
 
-    Pending entries: ``{"op": "log", "metrics": [[key, value, timestamp_ms, step], ...],
-    "params": {key: value}, "tags": {key: value}}`` and ``{"op": "artifact", "path": artifact
-    path}``. Sending one twice is harmless (MLflow keeps a metric point once and accepts a param
-    again with the same value), which is what happens when the store took a call but its answer
-    was lost. Ending the run is the caller's (``client.set_terminated``), after :meth:`flush`.
+    Pending entries: :class:`~mrbench.core.cell_records.LogBatch` (metrics, params, tags) and
+    :class:`~mrbench.core.cell_records.LogArtifact` (an artifact path). Sending one twice is
+    harmless (MLflow keeps a metric point once and accepts a param again with the same value),
+    which is what happens when the store took a call but its answer was lost. Ending the run is the
+    caller's (``client.set_terminated``), after :meth:`flush`.
     """
 
     def __init__(
-        self, client: RetryingClient, run_id: str, spool: Path, pending: list[dict[str, Any]] | None = None
+        self, client: RetryingClient, run_id: str, spool: Path, pending: Iterable[PendingEntry] = ()
     ) -> None:
         self.client = client
         self.run_id = run_id
         self.spool = spool
-        self.pending: list[dict[str, Any]] = list(pending or [])
+        self.pending: list[PendingEntry] = list(pending)
 
     @property
     def offline(self) -> bool:
@@ -67,31 +68,31 @@ class RunLog:
         """Log ``{name: value}`` at ``step``, stamped now."""
         if values:
             now = int(time.time() * 1000)
-            self._send({"op": "log", "metrics": [[k, float(v), now, step] for k, v in values.items()]})
+            self._send(LogBatch(metrics=tuple((k, float(v), now, step) for k, v in values.items())))
 
     def params(self, values: Mapping[str, str]) -> None:
         """Log params (values cut to MLflow's 6000 characters)."""
         if values:
-            self._send({"op": "log", "params": {k: str(v)[:_MAX_PARAM_CHARS] for k, v in values.items()}})
+            self._send(LogBatch(params={k: str(v)[:_MAX_PARAM_CHARS] for k, v in values.items()}))
 
     def tags(self, values: Mapping[str, str]) -> None:
         """Set tags."""
         if values:
-            self._send({"op": "log", "tags": dict(values)})
+            self._send(LogBatch(tags=dict(values)))
 
     def json_artifact(self, obj: Any, artifact_path: str) -> None:
         """Log ``obj`` as the JSON (``.json``) or JSON-lines (``.jsonl``) artifact ``artifact_path``."""
         path = self.spool / artifact_path
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, obj)
-        self._send({"op": "artifact", "path": artifact_path})
+        self._send(LogArtifact(artifact_path))
 
     def file_artifact(self, artifact_path: str, write: Callable[[Path], None]) -> None:
         """Log the file that ``write(path)`` writes as the artifact ``artifact_path``."""
         path = self.spool / artifact_path
         path.parent.mkdir(parents=True, exist_ok=True)
         write(path)
-        self._send({"op": "artifact", "path": artifact_path})
+        self._send(LogArtifact(artifact_path))
 
     def flush(self) -> None:
         """Send everything pending, in order; :class:`TrackingUnavailable` (the rest kept) if the store
@@ -100,7 +101,7 @@ class RunLog:
             self._apply(self.pending[0])
             self.pending.pop(0)
 
-    def _send(self, entry: dict[str, Any]) -> None:
+    def _send(self, entry: PendingEntry) -> None:
         if self.pending:
             self.pending.append(entry)
             return
@@ -110,22 +111,19 @@ class RunLog:
             log.warning("%s; keeping run %s's log locally and going on", exc, self.run_id)
             self.pending.append(entry)
 
-    def _apply(self, entry: dict[str, Any]) -> None:
+    def _apply(self, entry: PendingEntry) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
-        op = entry["op"]
-        if op == "log":
-            self.client.log_batch(
-                self.run_id,
-                metrics=[Metric(k, v, ts, step) for k, v, ts, step in entry.get("metrics", [])],
-                params=[Param(k, v) for k, v in entry.get("params", {}).items()],
-                tags=[RunTag(k, v) for k, v in entry.get("tags", {}).items()],
-            )
-        elif op == "artifact":
-            local, folder = self.spool / entry["path"], entry["path"].rpartition("/")[0]
+        if isinstance(entry, LogArtifact):
+            local, folder = self.spool / entry.path, entry.path.rpartition("/")[0]
             self.client.log_artifact(self.run_id, str(local), artifact_path=folder or None)
-        else:
-            raise ValueError(f"unknown pending log entry {entry!r}")
+            return
+        self.client.log_batch(
+            self.run_id,
+            metrics=[Metric(k, v, ts, step) for k, v, ts, step in entry.metrics],
+            params=[Param(k, v) for k, v in entry.params.items()],
+            tags=[RunTag(k, v) for k, v in entry.tags.items()],
+        )
 
 
 def _jsonable(value: Any) -> Any:
