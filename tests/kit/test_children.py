@@ -52,7 +52,10 @@ IGNORES = """
 
 
 def test_a_child_that_obeys_the_first_signal_is_reaped_at_once() -> None:
-    proc = _python("import time; print('ready', flush=True); time.sleep(60)", stdout=subprocess.PIPE)
+    # Python's own Ctrl-C handler, set explicitly: a Python started with SIGINT ignored (pytest run
+    # in the background of a non-interactive shell, whose children inherit that) installs none.
+    obeys = "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    proc = _python(obeys + "print('ready', flush=True); time.sleep(60)", stdout=subprocess.PIPE)
     _ready(proc)
     started = time.monotonic()
     stop(proc, signal.SIGINT, grace_s=10.0)
