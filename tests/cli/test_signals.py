@@ -161,6 +161,7 @@ def test_sigterm_to_sweep_marks_its_runs_killed_and_exits_143(
     assert alive(workers_pids) == [] and in_group(proc.pid) == []
 
 
+@pytest.mark.slow  # a real mlflow ui server (~9 s); CI's slow stage runs it
 def test_sighup_to_ui_stops_its_server_and_exits_129(store: str, tmp_path: Path) -> None:
     import socket
 

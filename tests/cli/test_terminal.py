@@ -42,6 +42,7 @@ def _mrbench(args: list[str], env: dict[str, str]) -> subprocess.CompletedProces
 # ---------------------------------------------------------------------------------- mrbench run
 
 
+@pytest.mark.slow  # a real cell in a subprocess (~9 s); CI's slow stage runs it
 def test_run_without_terminal_prints_plain_progress_and_logs_library_output(micro_model_dir, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     args = ["run", "--model", str(micro_model_dir), "--tracking-uri", uri, "--save", "none", *SMALL]
@@ -65,6 +66,7 @@ def test_run_without_terminal_prints_plain_progress_and_logs_library_output(micr
     assert not (folder / phases.PROGRESS_NAME).exists()
 
 
+@pytest.mark.slow  # two cells in subprocesses (~7 s); CI's slow stage runs it
 def test_failing_cell_names_its_log_and_verbose_shows_it_live(tmp_path):
     # It passes the folder check run makes before the store (a known model type, a weights file)
     # and fails inside the cell, where its files are read.
