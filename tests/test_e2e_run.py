@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mrbench.core.records import RewardsRecord
+from mrbench.core.rewards_record import RewardsRecord
 from mrbench.engine.config import resolve_spec
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}

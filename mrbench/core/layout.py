@@ -343,7 +343,7 @@ EVAL_SAMPLES_BEFORE = "eval/samples_before.jsonl"
 EVAL_SAMPLES_AFTER = "eval/samples_after.jsonl"
 CELL_LOG_ARTIFACT = "logs/cell.log"  # what the libraries printed during the cell (engine.cell.console)
 EVAL_LOG_ARTIFACT = "logs/eval.log"  # what the libraries printed during `mrbench eval` (its run's)
-REWARDS_ARTIFACT = "rewards.npz"  # every training batch's per-rollout rewards (records.RewardsRecord)
+REWARDS_ARTIFACT = "rewards.npz"  # every training batch's per-rollout rewards (rewards_record.RewardsRecord)
 SWEEP_ARTIFACT = "sweep.json"  # on the parent run: config, command, grid, unavailable tasks
 REPORT_DIR = "report"  # on the parent run: the generated report
 

@@ -1,6 +1,6 @@
 """A lab scenario fitted to observed rewards: ``mrbench simulate --like SOURCE``.
 
-The input is a :class:`~mrbench.core.records.RewardsRecord` (a cell's ``rewards.npz``, or rewards
+The input is a :class:`~mrbench.core.rewards_record.RewardsRecord` (a cell's ``rewards.npz``, or rewards
 sampled from a scenario by :func:`sample_rewards`): ``rewards [T, P, G, K]`` with prompt ids
 ``[T, P]`` and, for samples of a scenario, response ids ``[T, P, G]``. The lab's reward model
 (:mod:`mrbench.lab.scenarios`) is a Gaussian latent per rollout and component,
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from mrbench.core.errors import UserError
-from mrbench.core.records import RewardsRecord
+from mrbench.core.rewards_record import RewardsRecord
 from mrbench.lab.correlation import nearest_correlation, printable_decimals
 from mrbench.lab.scenarios import Scenario
 

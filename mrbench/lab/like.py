@@ -2,7 +2,7 @@
 
 ``run:<RUN_ID>``: one cell's ``rewards.npz``; ``sweep:<NAME>``: the latest FINISHED run of every cell
 of the sweep (experiment NAME), one record per task, the cells' batches one after another; anything
-else: a rewards file (``.npz``, :class:`~mrbench.core.records.RewardsRecord`). The store is only
+else: a rewards file (``.npz``, :class:`~mrbench.core.rewards_record.RewardsRecord`). The store is only
 read: a missing sqlite store is refused, not created. Every problem is a one-line
 :class:`~mrbench.core.errors.UserError` naming the source.
 """
@@ -17,7 +17,7 @@ import numpy as np
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.core.records import RewardsRecord
+from mrbench.core.rewards_record import RewardsRecord
 
 NO_REWARDS = (
     "made before mrbench kept a cell's rewards (rewards.npz): train the cell again with this mrbench "

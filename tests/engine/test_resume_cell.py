@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient
 
 from mrbench.core import layout
 from mrbench.core.errors import UserError
-from mrbench.core.records import RewardsRecord
+from mrbench.core.rewards_record import RewardsRecord
 from mrbench.engine.cell import resume
 from mrbench.engine.cell.checkpoints import CellFolder, parse_save
 from mrbench.engine.cell.runner import run_cell

@@ -1,4 +1,4 @@
-"""``rewards.npz`` (:class:`~mrbench.core.records.RewardsRecord`) and the engine's
+"""``rewards.npz`` (:class:`~mrbench.core.rewards_record.RewardsRecord`) and the engine's
 :class:`~mrbench.engine.training.reward_log.RewardLog` that fills it."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mrbench.core.records import RecordError, RewardsRecord
+from mrbench.core.records import RecordError
+from mrbench.core.rewards_record import RewardsRecord
 from mrbench.engine.training.reward_log import RewardLog, group_prompt_ids, prompt_id
 
 

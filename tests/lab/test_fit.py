@@ -16,7 +16,7 @@ import pytest
 from simulate_app import make_app
 
 from mrbench.cli.app import main
-from mrbench.core.records import RewardsRecord
+from mrbench.core.rewards_record import RewardsRecord
 from mrbench.lab.config import load_config
 from mrbench.lab.fit import fit_scenario, sample_rewards
 from mrbench.lab.presets import KEY_SCORES, PRESETS, get_scenario

@@ -6,7 +6,7 @@ gathered over processes, and one prompt id per group) on the main process only, 
 multi-process cell writes one record of the gathered rewards. A training checkpoint keeps the log
 so far (:meth:`save` / :meth:`load`, by :mod:`mrbench.engine.cell.resume`), so a resumed cell's record
 still holds the steps before the kill. The cell logs it as
-:class:`~mrbench.core.records.RewardsRecord` at the end.
+:class:`~mrbench.core.rewards_record.RewardsRecord` at the end.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from mrbench.core.records import RewardsRecord
+from mrbench.core.rewards_record import RewardsRecord
 
 CHECKPOINT_FILE = "mrbench-rewards.npz"
 """The log so far, in a training checkpoint folder."""
