@@ -8,6 +8,9 @@ Two moves that mrbench makes wherever it runs a process of its own:
 - :func:`stop`: stop children (a process each, or the process group each leads): one signal,
   up to a grace period for them to end, SIGKILL for what is left, and every one reaped.
 
+And what a Python child of ours is started with: :func:`module_command` (``python -m`` with this
+interpreter) and :func:`child_env` (an environment in which it imports this very mrbench).
+
 Standard library only (with :mod:`mrbench.core`, all that the kit may import).
 """
 
@@ -20,12 +23,33 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 POLL_S = 0.05  # how often a wait that cannot block (a forked pid, a whole group) looks again
 _PR_SET_PDEATHSIG = 1
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+"""The folder that holds the ``mrbench`` package this process runs."""
+
+
+def module_command(module: str, *args: str) -> list[str]:
+    """The command line of ``python -m module args`` with this process's interpreter."""
+    return [sys.executable, "-m", module, *args]
+
+
+def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's environment) with :data:`PACKAGE_ROOT` first on
+    ``PYTHONPATH``, so that a Python child of ours imports the mrbench this process runs wherever
+    that came from (a clone put on ``sys.path`` by hand, a notebook), not another one installed.
+
+    >>> child_env({"PYTHONPATH": "/x"})["PYTHONPATH"] == os.pathsep.join([PACKAGE_ROOT, "/x"])
+    True
+    """
+    env = dict(os.environ if env is None else env)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != PACKAGE_ROOT]
+    env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *paths])
+    return env
 
 
 class Child(Protocol):

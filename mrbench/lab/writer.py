@@ -165,23 +165,17 @@ class LabWriter:
     """
 
     def __init__(self, uri: str) -> None:
-        import mrbench
-
         self.uri = uri
         self._check_sent = self._ready = False
         self._pending = False  # an open request whose answer is not read yet
         self._sender: threading.Thread | None = None
         ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        # The child imports this mrbench, wherever it was imported from here.
-        package_root = str(Path(mrbench.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
         with theirs:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "mrbench.lab.writer", str(theirs.fileno()), uri],
+                children.module_command("mrbench.lab.writer", str(theirs.fileno()), uri),
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
-                env=env,
+                env=children.child_env(),  # the child imports this mrbench, wherever it came from
             )
         self._conn = Connection(ours.detach())
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrbench.kit.children import child_env, module_command
 from mrbench.reporting import plots
 
 FIGURES = {
@@ -88,7 +89,6 @@ def render(jobs: Sequence[FigureJob], workers: int | None = None) -> list[Path]:
         return [p for job in jobs for p in _draw(job)]
     import pickle
     import subprocess
-    import sys
     import tempfile
 
     chunks: list[list[FigureJob]] = [[] for _ in range(workers)]
@@ -104,9 +104,10 @@ def render(jobs: Sequence[FigureJob], workers: int | None = None) -> list[Path]:
             path.write_bytes(pickle.dumps(chunk))
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "mrbench.reporting.drawing", str(path)],
+                    module_command("mrbench.reporting.drawing", str(path)),
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
+                    env=child_env(),
                 )
             )
         errors = [p.communicate()[1].decode(errors="replace") for p in procs]

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from mrbench.core.env import CELL_SERVER
-from mrbench.kit.children import die_with_parent, parent_alive, stop
+from mrbench.kit.children import child_env, die_with_parent, module_command, parent_alive, stop
 from mrbench.sweeps.server_wire import (
     Exited,
     ForkRequest,
@@ -207,12 +207,12 @@ class CellServer:
     def __init__(self, preload: list[str], *, output: IO[bytes] | None) -> None:
         """Start the server; ``output``: where its own output goes (None: this process's stdout)."""
         read_fd, write_fd = os.pipe()
-        env = {**os.environ, **SERVER_ENV}
+        env = {**child_env(), **SERVER_ENV}
         if "JE_ARROW_MALLOC_CONF" in os.environ:  # the user's own jemalloc settings win
             env["JE_ARROW_MALLOC_CONF"] = os.environ["JE_ARROW_MALLOC_CONF"]
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(os.getpid()), str(write_fd)],
+                module_command(__name__, str(os.getpid()), str(write_fd)),
                 stdin=subprocess.PIPE,
                 stdout=output,
                 stderr=subprocess.STDOUT,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mrbench.kit.children import Forked, group_alive, process_alive, stop
+from mrbench.kit.children import PACKAGE_ROOT, Forked, child_env, group_alive, process_alive, stop
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and process groups")
 
@@ -236,3 +236,15 @@ def test_off_linux_only_the_watch_remains(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(children.sys, "platform", "darwin")
     assert children.death_signal(signal.SIGINT) is False
+
+
+def test_a_python_child_imports_this_mrbench_whatever_its_environment_says(tmp_path: Path) -> None:
+    # No PYTHONPATH and another working folder: the child would import whichever mrbench is
+    # installed (a clone's tests run against the clone, an editable install may point elsewhere).
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    command = [sys.executable, "-c", "import mrbench; print(mrbench.__file__)"]
+    out = subprocess.run(command, env=child_env(bare), cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.strip() == str(Path(PACKAGE_ROOT) / "mrbench" / "__init__.py")
+    assert child_env({"PYTHONPATH": f"/a{os.pathsep}{PACKAGE_ROOT}"})["PYTHONPATH"] == os.pathsep.join(
+        [PACKAGE_ROOT, "/a"]
+    )  # once, first

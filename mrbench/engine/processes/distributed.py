@@ -53,7 +53,7 @@ from mrbench.core.registry import import_target
 from mrbench.core.results_layout import CellPaths
 from mrbench.engine.processes.rank_fork import can_fork, fork_ranks, rank_environments
 from mrbench.engine.processes.threads import thread_env
-from mrbench.kit.children import die_with_parent, stop
+from mrbench.kit.children import child_env, die_with_parent, module_command, stop
 from mrbench.store.faults import OutOfRoom
 from mrbench.store.local import results_dir
 
@@ -232,9 +232,7 @@ def free_port() -> int:
 
 def launch_command(processes: int, distributed: str, payload: Path, *, port: int) -> list[str]:
     """The ``accelerate launch`` command line that runs the cell of ``payload`` in ``processes`` processes."""
-    return [
-        sys.executable,
-        "-m",
+    return module_command(
         "accelerate.commands.launch",
         "--config_file",
         str(preset_config(distributed)),
@@ -247,7 +245,7 @@ def launch_command(processes: int, distributed: str, payload: Path, *, port: int
         "-m",
         WORKER_MODULE,
         str(payload),
-    ]
+    )
 
 
 def launch_cell(
@@ -278,7 +276,7 @@ def launch_cell(
         # An earlier attempt's record: the cell function only logs it and trains nothing, so it
         # runs here (ranks > 0 would not see the record once rank 0 had removed it, and train).
         return _jsonable_result(import_target(cell_fn)(spec, **kwargs))
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    env = {**child_env(), "TOKENIZERS_PARALLELISM": "false"}  # every rank imports this mrbench
     if threads:  # the cell's budget shared by its ranks, set as every child's (threads.thread_env)
         env.update(thread_env(max(1, threads // processes)))
     with tempfile.TemporaryDirectory(prefix="mrbench-cell-") as tmp:

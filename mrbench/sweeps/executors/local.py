@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import signal
 import subprocess
@@ -29,7 +28,7 @@ from mrbench.core.records import RecordError
 from mrbench.engine.processes.devices import pin_for_cell
 from mrbench.engine.processes.threads import thread_env, threads_for
 from mrbench.engine.runs.console import verbose
-from mrbench.kit.children import stop
+from mrbench.kit.children import child_env, module_command, stop
 from mrbench.store.claims import end_if_dead
 from mrbench.store.client import TrackingUnavailable, tracking_client
 from mrbench.store.runs import running_runs
@@ -106,7 +105,7 @@ def run_processes(
     (:func:`end_dead_cell_runs`). On KeyboardInterrupt every running child gets one SIGINT (its
     cell ends KILLED), then SIGKILL after 30 s."""
     fn_path = callable_path(ctx.cell_fn)
-    env = os.environ.copy()
+    env = child_env()  # every cell process imports this mrbench
     env["TOKENIZERS_PARALLELISM"] = "false"
     ctx.log_dir.mkdir(parents=True, exist_ok=True)
     queue = list(cells)
@@ -196,7 +195,7 @@ class _Starter:
             # Own session: a terminal Ctrl-C reaches only the sweep, which forwards exactly one
             # SIGINT (a second one could interrupt the child while it ends its run KILLED).
             return subprocess.Popen(
-                [sys.executable, "-m", "mrbench.sweeps.cell_process", str(payload)],
+                module_command("mrbench.sweeps.cell_process", str(payload)),
                 stdout=None if verbose() else out,  # --verbose: the output shows live
                 stderr=subprocess.STDOUT,
                 env=env,
