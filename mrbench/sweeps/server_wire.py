@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mrbench.core.json_fields import RecordError, required
+
 
 class WireError(ValueError):
     """A line on a cell server pipe that is not the message it should be. ``request_id``: the id of
@@ -127,7 +129,7 @@ def parse_request(line: bytes) -> ForkRequest:
     data = _object(line, what)
     request_id = _int(data, "id", what)
     try:
-        env = _get(data, "env", what)
+        env = _field(data, "env", object, what)
         if not isinstance(env, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
         ):
@@ -178,17 +180,17 @@ def _object(line: bytes, what: str) -> Mapping[str, Any]:
     return data
 
 
-def _get(data: Mapping[str, Any], key: str, what: str) -> Any:
-    if key not in data:
-        raise WireError(f"{what}: {key!r} is missing")
-    return data[key]
+def _field(data: Mapping[str, Any], key: str, kind: type, what: str) -> Any:
+    """``data[key]``, a ``kind``, read as every JSON record of mrbench is (json_fields.required:
+    absent or null is missing; JSON true is no int), as a :class:`WireError`."""
+    try:
+        return required(data, key, kind, what)
+    except RecordError as exc:
+        raise WireError(str(exc)) from None
 
 
 def _int(data: Mapping[str, Any], key: str, what: str) -> int:
-    value = _get(data, key, what)
-    if not isinstance(value, int) or isinstance(value, bool):  # JSON true is no number here
-        raise WireError(f"{what}: {key!r} should be int, not {_short(value)}")
-    return value
+    return _field(data, key, int, what)
 
 
 def _pid(data: Mapping[str, Any], key: str, what: str) -> int:
@@ -200,14 +202,11 @@ def _pid(data: Mapping[str, Any], key: str, what: str) -> int:
 
 
 def _str(data: Mapping[str, Any], key: str, what: str) -> str:
-    value = _get(data, key, what)
-    if not isinstance(value, str):
-        raise WireError(f"{what}: {key!r} should be str, not {_short(value)}")
-    return value
+    return _field(data, key, str, what)
 
 
 def _strings(data: Mapping[str, Any], key: str, what: str) -> tuple[str, ...]:
-    value = _get(data, key, what)
+    value = _field(data, key, object, what)
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise WireError(f"{what}: {key!r} should be a list of str, not {_short(value)}")
     return tuple(value)

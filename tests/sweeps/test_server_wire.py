@@ -84,7 +84,7 @@ def test_a_malformed_init_line_names_its_field(data: Any, named: str) -> None:
     [
         ({"id": "4"}, "fork request: 'id' should be int", None),
         ({"id": True}, "fork request: 'id' should be int", None),
-        ({"payload": None}, "fork request: 'payload' should be str", 4),
+        ({"payload": None}, "fork request: 'payload' is missing", 4),
         ({"env": {"A": 1}}, "fork request: 'env' should be an object of strings", 4),
         ({"env": ["A=1"]}, "fork request: 'env' should be an object of strings", 4),
         ({"cwd": 7}, "fork request: 'cwd' should be str", 4),
@@ -122,7 +122,7 @@ def test_a_request_missing_a_field_says_so() -> None:
         (line({"id": 1, "started": "5"}), "started reply: 'started' should be int"),
         (line({"id": 1, "started": -1}), "started reply: 'started' should be a process id above 0"),
         (line({"started": 5}), "started reply: 'id' is missing"),
-        (line({"id": 1, "refused": None}), "refused reply: 'refused' should be str"),
+        (line({"id": 1, "refused": None}), "refused reply: 'refused' is missing"),
         (line({"exited": 5, "code": 1.5}), "exited reply: 'code' should be int"),
         (line({"exited": True, "code": 0}), "exited reply: 'exited' should be int"),
     ],
