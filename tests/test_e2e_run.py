@@ -30,6 +30,7 @@ def _run(args: list[str], results: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_mrbench_run_logs_complete_mlflow_run(micro_model_dir, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     args = [

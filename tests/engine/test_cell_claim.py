@@ -77,6 +77,7 @@ def _runs(uri: str) -> list:
     return client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
 
 
+@pytest.mark.slow
 def test_a_cell_already_running_is_refused_naming_its_holder(
     micro_model_dir: Path, store: str, tmp_path: Path
 ) -> None:
@@ -104,6 +105,7 @@ def test_a_cell_already_running_is_refused_naming_its_holder(
     assert [r.info.run_id for r in _runs(store)] == [run_id]
 
 
+@pytest.mark.slow
 def test_a_rerun_ends_an_attempt_killed_with_sigkill_killed(
     micro_model_dir: Path, store: str, tmp_path: Path
 ) -> None:

@@ -279,19 +279,27 @@ def _toy_launch(name: str, fork: bool, monkeypatch: pytest.MonkeyPatch, tmp_path
     )
 
 
+# Ranks started by `accelerate launch` (each a new interpreter, what CUDA cells use) cost seconds
+# more than forked ones: one case runs by default, the others in the slow stage (`pytest -m slow`).
+SLOW_LAUNCH = [
+    pytest.param(False, id="accelerate-launch", marks=pytest.mark.slow),
+    pytest.param(True, id="forked"),
+]
+
+
 @pytest.mark.parametrize("fork", [False, True], ids=["accelerate-launch", "forked"])
 def test_launch_cell_returns_rank_zeros_result(fork, monkeypatch, tmp_path):
     result = _toy_launch("ok", fork, monkeypatch, tmp_path, threads=2)
     assert result == {"run_id": "t-0", "world_size": 2, "ranks_seen": "0", "forked": fork, "env": {}}
 
 
-@pytest.mark.parametrize("fork", [False, True], ids=["accelerate-launch", "forked"])
+@pytest.mark.parametrize("fork", SLOW_LAUNCH)
 def test_launch_cell_raises_a_ranks_user_error(fork, monkeypatch, tmp_path):
     with pytest.raises(UserError, match=r"^rank 1 refuses$"):
         _toy_launch("fail", fork, monkeypatch, tmp_path)
 
 
-@pytest.mark.parametrize("fork", [False, True], ids=["accelerate-launch", "forked"])
+@pytest.mark.parametrize("fork", SLOW_LAUNCH)
 def test_a_rank_that_kills_its_process_group_ends_the_launch_not_the_launcher(fork, monkeypatch, tmp_path):
     """A rehearsed crash (SIGKILL to the rank's own process group) ends every rank and leaves the
     launcher to report it, whichever way the ranks were started (each rank leads a session of its

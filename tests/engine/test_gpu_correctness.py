@@ -242,6 +242,7 @@ def _episodes_on_rank(rank: int, world: int, rendezvous: str, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_ranks_whose_episodes_end_at_different_turns_make_the_same_generate_calls(tmp_path: Path) -> None:
     """Under FSDP or ZeRO-3 each generate call is collective: a rank whose episodes ended keeps
     calling (a discarded continuation) while another rank's episodes go on."""

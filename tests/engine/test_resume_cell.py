@@ -252,6 +252,7 @@ def _interrupt_after_checkpoint(monkeypatch: pytest.MonkeyPatch, step: int) -> N
     monkeypatch.setattr(resume.CheckpointWriter, "complete", complete_then_interrupt)
 
 
+@pytest.mark.slow
 def test_an_interrupted_cell_resumes_and_matches_an_uninterrupted_one(
     micro_model_dir: Path, tmp_path: Path, results: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -279,6 +280,7 @@ def test_an_interrupted_cell_resumes_and_matches_an_uninterrupted_one(
     ]
 
 
+@pytest.mark.slow
 def test_a_corrupt_checkpoint_is_named_and_the_cell_trains_from_scratch(
     micro_model_dir: Path, tmp_path: Path, results: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:

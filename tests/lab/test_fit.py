@@ -190,6 +190,7 @@ def _simulate(argv: list[str], monkeypatch, capsys, tmp_path: Path) -> tuple[int
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_like_prints_the_fit_runs_it_and_the_saved_config_gives_the_same_numbers(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:

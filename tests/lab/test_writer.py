@@ -138,8 +138,10 @@ def _children(pid: int) -> list[int]:
         (signal.SIGINT, False, 130),
         (signal.SIGKILL, False, -signal.SIGKILL),
         (signal.SIGINT, True, 130),  # Ctrl-C in a terminal
-        (signal.SIGTERM, True, 143),  # a cluster's stop (SLURM, Kubernetes) to the whole job
-        (signal.SIGHUP, True, 129),
+        # A cluster's stop (SLURM, Kubernetes) to the whole job, and a closed terminal: the same
+        # path as Ctrl-C to the group with another signal, so they run in the slow stage.
+        pytest.param(signal.SIGTERM, True, 143, id="SIGTERM to the group", marks=pytest.mark.slow),
+        pytest.param(signal.SIGHUP, True, 129, id="SIGHUP to the group", marks=pytest.mark.slow),
     ],
     ids=["SIGINT", "SIGKILL", "SIGINT to the group", "SIGTERM to the group", "SIGHUP to the group"],
 )

@@ -93,6 +93,7 @@ def test_cpus_per_cell_is_a_sweep_setting(tmp_path: Path) -> None:
         build_sweep_spec(config=path)
 
 
+@pytest.mark.slow
 def test_local_ray_runs_a_small_sweep_of_real_cells(
     local_ray: None, store: str, micro_model_dir: Path
 ) -> None:

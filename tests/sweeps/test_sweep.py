@@ -268,6 +268,7 @@ def test_report_is_written_and_logged_at_the_end(
 # ------------------------------------------------------------------------------------- executors
 
 
+@pytest.mark.slow
 def test_worker_processes_run_cells_in_parallel_once_each(store: str) -> None:
     outcome = sweep(small("workers", seeds=(0,), workers=2), store)
     assert [o.status for o in outcome.outcomes] == ["FINISHED", "FINISHED"]
@@ -277,6 +278,7 @@ def test_worker_processes_run_cells_in_parallel_once_each(store: str) -> None:
     assert len(logs) == 2
 
 
+@pytest.mark.slow
 def test_sweep_workers_get_one_gpu_each(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two local workers on a machine with four GPUs: each cell process sees exactly one, and two
     cells that run together see different ones (mrbench.engine.processes.devices)."""

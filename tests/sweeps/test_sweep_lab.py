@@ -162,6 +162,7 @@ def test_with_worker_processes_the_lab_runs_beside_the_cells_and_speaks_after_th
     assert "| `scale` | 4 × 200 | `grpo` |" in report and "| `collapse` | 4 × 200 | `grpo` |" in report
 
 
+@pytest.mark.slow
 def test_an_interrupted_sweep_leaves_no_lab_run_open(
     store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
