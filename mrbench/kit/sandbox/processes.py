@@ -52,9 +52,10 @@ def count_user_processes(uid: int) -> int:
     return count
 
 
-def child_pids(parent: int) -> set[int]:
-    """Children of ``parent`` from ``/proc/*/stat`` (when ``/proc/<pid>/task/*/children`` is missing)."""
-    found = set()
+def _children_by_parent() -> dict[int, list[int]]:
+    """Every process's pid under its parent's, from ``/proc/*/stat`` (a process that ends while
+    being read is left out)."""
+    children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -63,31 +64,26 @@ def child_pids(parent: int) -> set[int]:
                 stat = fh.read()
         except OSError:
             continue
-        if int(stat[stat.rfind(b")") + 2 :].split()[1]) == parent:
-            found.add(int(entry))
-    return found
+        # The ppid is the second field after the command name, which may hold spaces and parens.
+        children.setdefault(int(stat[stat.rfind(b")") + 2 :].split()[1]), []).append(int(entry))
+    return children
+
+
+def child_pids(parent: int) -> set[int]:
+    """Children of ``parent`` from ``/proc/*/stat`` (when ``/proc/<pid>/task/*/children`` is missing)."""
+    return set(_children_by_parent().get(parent, []))
 
 
 def kill_descendants(root: int, spare: set[int]) -> None:
     """SIGKILL every descendant of ``root`` except the ``spare`` subtrees until none is left,
     reaping as we go (the slow path, without dedicated uids)."""
     for _ in range(2000):
-        parents: dict[int, list[int]] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            parents.setdefault(int(fields[1]), []).append(int(entry))
-        found, stack = [], [p for p in parents.get(root, []) if p not in spare]
+        children = _children_by_parent()
+        found, stack = [], [p for p in children.get(root, []) if p not in spare]
         while stack:
             pid = stack.pop()
             found.append(pid)
-            stack += parents.get(pid, [])
+            stack += children.get(pid, [])
         if not found:
             return
         for pid in found:
