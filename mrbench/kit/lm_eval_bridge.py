@@ -200,6 +200,7 @@ def process_results_from(
 
 
 def _config(
+    samples: Sequence[Sample],
     *,
     task_name: str,
     metric_names: Sequence[str],
@@ -207,9 +208,11 @@ def _config(
     until: Sequence[str],
     lower_is_better: Collection[str],
     version: str,
-    shots: Sequence[Shot] = (),
 ) -> dict[str, Any]:
-    """The task config shared by the inline and the exported route (callables added by the caller)."""
+    """The task config shared by the inline and the exported route (callables added by the caller),
+    the arguments checked first (ValueError); the samples' shared worked examples as its few-shot turns."""
+    _check_args(samples, task_name, metric_names, max_new_tokens)
+    shots = shared_shots(samples)
     config: dict[str, Any] = {
         "task": task_name,
         "test_split": "test",
@@ -264,15 +267,14 @@ def export_lm_eval_task(
     ``score_fn`` must be an importable ``"module:attr"`` (the generated utils module resolves it
     when lm-eval loads the task).
     """
-    _check_args(samples, task_name, metric_names, max_new_tokens)
     config = _config(
+        samples,
         task_name=task_name,
         metric_names=metric_names,
         max_new_tokens=max_new_tokens,
         until=until,
         lower_is_better=lower_is_better,
         version=version,
-        shots=shared_shots(samples),
     )
     return _write_task(samples, directory, config, score_fn)
 
@@ -356,15 +358,14 @@ def run_generation_task(
         :class:`GenerationRun` with completions and scores in sample order.
     """
     samples = list(samples)
-    _check_args(samples, task_name, metric_names, max_new_tokens)
     config = _config(
+        samples,
         task_name=task_name,
         metric_names=metric_names,
         max_new_tokens=max_new_tokens,
         until=until,
         lower_is_better=lower_is_better,
         version=version,
-        shots=shared_shots(samples),
     )
     if export_dir is None:
         manager, spec = _inline_task(samples, config, score_fn, metric_names)
