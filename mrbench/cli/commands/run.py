@@ -173,7 +173,7 @@ def check_launch(
     from mrbench.core.names import check_name
     from mrbench.engine.cell.checkpoints import parse_save
     from mrbench.engine.cell.resume import parse_checkpoint_every
-    from mrbench.engine.evaluation.evaluate import check_model
+    from mrbench.engine.models.catalog import check_model
     from mrbench.engine.processes.distributed import check_processes, per_process
     from mrbench.store.client import tracking_retry_s
     from mrbench.store.local import resolve_tracking_uri

@@ -78,7 +78,7 @@ from mrbench.engine.evaluation.policy import (
     evaluate_policy,
     load_for_evaluation,
 )
-from mrbench.engine.models.catalog import Precision
+from mrbench.engine.models.catalog import Precision, check_model, check_model_folder
 from mrbench.engine.runs import console
 from mrbench.engine.runs.run_guard import ends_run_on_error
 from mrbench.engine.runs.tracking import RunLog
@@ -92,8 +92,6 @@ SEED_SETTING = "seed"
 BUDGET_SETTING = "max_completion_tokens"
 DEFAULT_PRECISION = TrainSettings.precision
 """The cells' default ``precision`` train setting."""
-WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "*.bin.index.json")
-"""What ``from_pretrained`` loads weights from (one file, or the index of a sharded checkpoint)."""
 
 
 @dataclass(frozen=True)
@@ -214,50 +212,6 @@ def task_settings(
     # code-generation's eval_dataset "" means its training dataset: name the data actually evaluated.
     dataset = resolved.get(target.setting) or resolved.get("dataset") or ""
     return entry.name, resolved, str(dataset)
-
-
-def check_model_folder(folder: Path, value: str) -> None:
-    """:class:`UserError` naming ``value`` unless ``folder`` holds a model: ``config.json`` naming a
-    model type transformers knows (a custom type's own code is never run), and weights."""
-    if not folder.is_dir():
-        raise UserError(f"model {value!r}: {folder} is not a folder (it was moved or deleted?)")
-    if not (folder / "config.json").is_file():
-        raise UserError(f"model {value!r}: the folder {folder} holds no config.json, so no model")
-    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES):
-        raise UserError(
-            f"model {value!r}: the folder {folder} holds no weights ({', '.join(WEIGHT_FILES)}); "
-            "save the model there with save_pretrained, or name another folder"
-        )
-    _check_model_type(folder / "config.json", value)
-
-
-def _check_model_type(config: Path, value: str) -> None:
-    """:class:`UserError` unless ``config`` is a JSON object whose ``model_type`` transformers knows."""
-    import json
-
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"model {value!r}: {config} cannot be read as JSON ({exc})") from None
-    model_type = data.get("model_type") if isinstance(data, dict) else None
-    if model_type not in CONFIG_MAPPING_NAMES:
-        raise UserError(
-            f"model {value!r}: {config} names model_type {model_type!r}, which this transformers does "
-            "not know (a model's own code is never run); use a model of a built-in architecture"
-        )
-
-
-def check_model(name: str) -> None:
-    """:class:`UserError` naming ``name`` (a preset, a hub id or a local folder) unless it can be
-    loaded: a folder must hold a model (:func:`check_model_folder`), a hub id must exist."""
-    from mrbench.engine.models.catalog import check_model_available, is_preset
-
-    if not is_preset(name) and Path(name).exists():  # a preset's name wins, as in prepare_model
-        check_model_folder(Path(name), name)
-    else:
-        check_model_available(name)  # unknown names, and hub ids that cannot load, in seconds
 
 
 def resolve_model(name: str, client: RetryingClient) -> ModelSource:

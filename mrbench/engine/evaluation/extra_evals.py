@@ -52,11 +52,10 @@ from mrbench.engine.evaluation.evaluate import (
     SAMPLES_SETTING,
     EvalSpec,
     check_eval_data,
-    check_model_folder,
     task_settings,
 )
 from mrbench.engine.evaluation.policy import cached_evaluation, evaluate_policy, load_policy
-from mrbench.engine.models.catalog import Precision
+from mrbench.engine.models.catalog import Precision, check_model_folder
 from mrbench.engine.processes.allocator import keep_freed_blocks
 from mrbench.engine.processes.threads import use_threads_for
 from mrbench.engine.runs.tracking import RunLog

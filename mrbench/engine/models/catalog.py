@@ -5,7 +5,8 @@ id or local folder, and how a model is loaded.
 and warm-started once (:mod:`mrbench.engine.models.tiny`), a pretrained preset converted once
 (:mod:`mrbench.engine.models.pretrained`), both cached under ``results/models/``. A model also says which
 task settings it was built for (:func:`model_task_settings`): the tiny models know only the tasks'
-compact prompts.
+compact prompts. :func:`check_model` says in seconds, before any run exists, whether a name can be
+loaded (a folder must hold a model of an architecture transformers knows, a hub id must exist).
 """
 
 from __future__ import annotations
@@ -114,6 +115,10 @@ def task_settings_for(model: str, task_settings: dict[str, Any], accepted: list[
 HUB_CHECK_TIMEOUT_S = 10.0  # one request, no retries: an id that cannot load fails in seconds
 
 
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "*.bin.index.json")
+"""What ``from_pretrained`` loads weights from (one file, or the index of a sharded checkpoint)."""
+
+
 @functools.cache
 def check_model_available(name: str) -> None:
     """Fail fast with :class:`UserError` when ``name`` is a hub id that cannot be loaded.
@@ -154,6 +159,48 @@ def check_model_available(name: str) -> None:
             f"cannot load model {name!r}: the Hugging Face hub cannot be reached ({reason}) and the "
             f"model is not in the local cache; connect, download it first, or use {where}"
         ) from None
+
+
+def check_model_folder(folder: Path, value: str) -> None:
+    """:class:`UserError` naming ``value`` unless ``folder`` holds a model: ``config.json`` naming a
+    model type transformers knows (a custom type's own code is never run), and weights."""
+    if not folder.is_dir():
+        raise UserError(f"model {value!r}: {folder} is not a folder (it was moved or deleted?)")
+    if not (folder / "config.json").is_file():
+        raise UserError(f"model {value!r}: the folder {folder} holds no config.json, so no model")
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES):
+        raise UserError(
+            f"model {value!r}: the folder {folder} holds no weights ({', '.join(WEIGHT_FILES)}); "
+            "save the model there with save_pretrained, or name another folder"
+        )
+    _check_model_type(folder / "config.json", value)
+
+
+def _check_model_type(config: Path, value: str) -> None:
+    """:class:`UserError` unless ``config`` is a JSON object whose ``model_type`` transformers knows."""
+    import json
+
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"model {value!r}: {config} cannot be read as JSON ({exc})") from None
+    model_type = data.get("model_type") if isinstance(data, dict) else None
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise UserError(
+            f"model {value!r}: {config} names model_type {model_type!r}, which this transformers does "
+            "not know (a model's own code is never run); use a model of a built-in architecture"
+        )
+
+
+def check_model(name: str) -> None:
+    """:class:`UserError` naming ``name`` (a preset, a hub id or a local folder) unless it can be
+    loaded: a folder must hold a model (:func:`check_model_folder`), a hub id must exist."""
+    if not is_preset(name) and Path(name).exists():  # a preset's name wins, as in prepare_model
+        check_model_folder(Path(name), name)
+    else:
+        check_model_available(name)  # unknown names, and hub ids that cannot load, in seconds
 
 
 def prepare_model(name: str) -> str:
