@@ -507,18 +507,20 @@ def test_a_cell_builds_its_trainer_inside_the_vllm_options(
     micro_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The runner builds the trainer (where TRL builds ``vllm.LLM``) inside
-    :func:`~mrbench.engine.training.grpo_setup.vllm_engine_options` of the cell's spec."""
+    :func:`~mrbench.engine.training.grpo_setup.vllm_engine_options` of the cell's spec and its
+    precision, resolved once."""
     import contextlib
 
     import mrbench.engine.training.trainer as trainer_module
+    from mrbench.engine.models.catalog import Precision
 
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
     active: list[Any] = []
     seen: list[list[Any]] = []
 
     @contextlib.contextmanager
-    def recording(spec: Any) -> Any:
-        active.append(spec)
+    def recording(spec: Any, precision: Any) -> Any:
+        active.append((spec, precision))
         try:
             yield
         finally:
@@ -537,4 +539,4 @@ def test_a_cell_builds_its_trainer_inside_the_vllm_options(
     spec = resolve_spec("grpo", FIXED, str(micro_model_dir), 0, train=SMALL)
     with pytest.raises(Stop):
         runner.run_cell(spec, tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", experiment="x", progress=False)
-    assert seen == [[spec]]
+    assert seen == [[(spec, Precision.of(spec.train.precision))]]

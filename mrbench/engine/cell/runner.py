@@ -159,6 +159,7 @@ def run_cell(
     started = time.perf_counter()
     save_mode = parse_save(save)
     check_one_device()
+    precision = Precision.of(spec.train.precision)  # resolved once, before any run exists
     if spec.train.use_vllm:  # a setting this machine cannot run: say so before any run is created
         from mrbench.engine.evaluation.generation import require_vllm
 
@@ -186,6 +187,7 @@ def run_cell(
                     folder=folder,
                     claim=claim,
                     save_mode=save_mode,
+                    precision=precision,
                     experiment=experiment,
                     parent_run_id=parent_run_id,
                     sweep=sweep,
@@ -229,13 +231,15 @@ def _trainer_output(folder: CellFolder, start: resume.CellStart) -> Iterator[str
 class _CellRun:
     """One cell's open run, which the phases of :func:`_run_cell` read and add to: the spec and
     task, the cell folder, how the run started (:class:`~mrbench.engine.cell.resume.CellStart`), its
-    log, and the seconds the timed phases took."""
+    log, its precision (resolved once: both evaluations and training use it), and the seconds the
+    timed phases took."""
 
     spec: RunSpec
     task: Task
     folder: CellFolder
     start: resume.CellStart
     log: RunLog
+    precision: Precision
     prepare_s: float = 0.0
     eval_s: float = 0.0
     train_s: float = 0.0
@@ -259,6 +263,7 @@ def _run_cell(
     folder: CellFolder,
     claim: CellClaim,
     save_mode: SaveMode,
+    precision: Precision,
     experiment: str,
     parent_run_id: str | None,
     sweep: str | None,
@@ -275,6 +280,7 @@ def _run_cell(
         folder,
         claim,
         save_mode=save_mode,
+        precision=precision,
         experiment=experiment,
         parent_run_id=parent_run_id,
         sweep=sweep,
@@ -300,6 +306,7 @@ def _open_run(
     claim: CellClaim,
     *,
     save_mode: SaveMode,
+    precision: Precision,
     experiment: str,
     parent_run_id: str | None,
     sweep: str | None,
@@ -328,7 +335,8 @@ def _open_run(
     claim.opened(client.tracking_uri, start.run_id)
     console.attach_log(client, start.run_id)
     folder.clear_pending()  # what a process that died before writing its record left there
-    return _CellRun(spec, task, folder, start, RunLog(client, start.run_id, folder.pending))
+    run_log = RunLog(client, start.run_id, folder.pending)
+    return _CellRun(spec, task, folder, start, run_log, precision)
 
 
 def _log_config(run: _CellRun) -> None:
@@ -372,14 +380,13 @@ def _evaluate_before(run: _CellRun, policy: LoadedPolicy) -> EvalResult:
     cell of the same (model, task settings, eval limit, precision) computed it, else computed and
     stored there (:func:`~mrbench.engine.evaluation.policy.cached_evaluation`)."""
     spec, task, limit = run.spec, run.task, run.spec.train.eval_limit
-    precision = Precision.of(spec.train.precision)
     key = eval_cache.cache_key(
-        policy.path, spec.task, task.version, spec.task_params, limit, mixed_precision=precision.mixed
+        policy.path, spec.task, task.version, spec.task_params, limit, mixed_precision=run.precision.mixed
     )
 
     def compute() -> EvalResult:
         with phases.evaluation("eval before", policy.model, task, limit):
-            return evaluate_policy(task, policy.model, policy.tokenizer, limit, precision)
+            return evaluate_policy(task, policy.model, policy.tokenizer, limit, run.precision)
 
     before, cached_from = cached_evaluation(key, compute, run.run_id)
     if cached_from is not None:
@@ -401,14 +408,20 @@ def _train(run: _CellRun, policy: LoadedPolicy, progress: bool) -> Any:
     hooks = task.training_hooks()
     vllm_cap = _vllm_cap(spec, task, policy)
     # vllm_engine_options: vLLM generates in the cell's precision (TRL gives it no dtype).
-    with _trainer_output(run.folder, run.start) as out_dir, vllm_engine_options(spec):
+    with _trainer_output(run.folder, run.start) as out_dir, vllm_engine_options(spec, run.precision):
         trainer = MultiRewardGRPOTrainer(
             # The one copy of the policy: the pre-training evaluation's model is the one trained
             # (TRL builds a reference model from its path when beta > 0).
             model=policy.model,
             reward_funcs=[c.fn for c in task.reward_components()],
             args=grpo_config(
-                spec, task, out_dir, progress, save_every=run.save.every, vllm_max_length=vllm_cap
+                spec,
+                task,
+                out_dir,
+                progress,
+                save_every=run.save.every,
+                vllm_max_length=vllm_cap,
+                precision=run.precision,
             ),
             train_dataset=train_dataset(task.train_samples()),
             processing_class=policy.tokenizer,
@@ -461,10 +474,10 @@ def _save_final_policy(run: _CellRun, trainer: Any) -> str:
 
 def _evaluate_after_training(run: _CellRun, trainer: Any, tokenizer: Any) -> EvalResult:
     """The evaluation of the trained policy (logged by :func:`_log_results`)."""
-    limit, precision = run.spec.train.eval_limit, Precision.of(run.spec.train.precision)
+    limit = run.spec.train.eval_limit
     t0 = time.perf_counter()
     with phases.evaluation("eval after", trainer.model, run.task, limit):
-        after = evaluate_policy(run.task, trainer.model, tokenizer, limit, precision)
+        after = evaluate_policy(run.task, trainer.model, tokenizer, limit, run.precision)
     run.eval_s += time.perf_counter() - t0
     return after
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from mrbench.core.contracts import Sample, Task
 from mrbench.engine.config import RunSpec
+from mrbench.engine.models.catalog import Precision
 from mrbench.engine.processes.distributed import per_process
 
 
@@ -27,18 +28,18 @@ def grpo_config(
     progress: bool,
     save_every: int = 0,
     vllm_max_length: int | None = None,
+    precision: Precision | None = None,
 ) -> Any:
     """TRL's config for ``spec``; ``save_every`` > 0 saves the model (only) every that many steps
     into ``output_dir/checkpoint-<step>``; ``vllm_max_length``: vLLM's context with ``use_vllm``
-    (:func:`mrbench.engine.evaluation.generation.vllm_context_cap`)."""
+    (:func:`mrbench.engine.evaluation.generation.vllm_context_cap`); ``precision``: the cell's,
+    resolved (None: ``spec.train.precision`` resolved here)."""
     import torch
     from trl import GRPOConfig
 
-    from mrbench.engine.models.catalog import mixed_precision
-
     train = spec.train
     on_gpu = torch.cuda.is_available()
-    mixed = mixed_precision(train.precision)
+    mixed = (precision or Precision.of(train.precision)).mixed
     return GRPOConfig(
         output_dir=output_dir,
         max_steps=train.steps,
@@ -83,20 +84,19 @@ def grpo_config(
     )
 
 
-def vllm_dtype(precision: str) -> str:
-    """The dtype a cell of the ``precision`` train setting generates in with vLLM: ``bfloat16`` under
-    mixed precision (:func:`mrbench.engine.models.catalog.mixed_precision`), else ``float32`` — as its
-    transformers generation computes. vLLM's own ``"auto"`` would turn the float32 folder a cell
-    loads into bfloat16 (float16 on GPUs before Ampere) whatever the precision."""
-    from mrbench.engine.models.catalog import mixed_precision
-
-    return "bfloat16" if mixed_precision(precision) else "float32"
+def vllm_dtype(precision: Precision) -> str:
+    """The dtype a cell of ``precision`` generates in with vLLM: ``bfloat16`` under mixed precision,
+    else ``float32`` — as its transformers generation computes. vLLM's own ``"auto"`` would turn
+    the float32 folder a cell loads into bfloat16 (float16 on GPUs before Ampere) whatever the
+    precision."""
+    return "bfloat16" if precision.mixed else "float32"
 
 
 @contextmanager
-def vllm_engine_options(spec: RunSpec) -> Iterator[None]:
+def vllm_engine_options(spec: RunSpec, precision: Precision | None = None) -> Iterator[None]:
     """While the trainer is built (TRL builds its colocated ``vllm.LLM`` in the constructor), hand
-    ``vllm.LLM`` the options TRL 1.16 has no ``GRPOConfig`` field for: ``dtype`` (:func:`vllm_dtype`).
+    ``vllm.LLM`` the options TRL 1.16 has no ``GRPOConfig`` field for: ``dtype`` (:func:`vllm_dtype`
+    of ``precision``, the cell's resolved; None: ``spec.train.precision`` resolved here).
 
     TRL calls ``LLM(...)`` by its name in ``trl.generation.vllm_generation``; that name is
     wrapped for the duration and put back after. Nothing happens without ``use_vllm`` or vLLM.
@@ -107,7 +107,7 @@ def vllm_engine_options(spec: RunSpec) -> Iterator[None]:
     if not spec.train.use_vllm or original is None:
         yield
         return
-    options = {"dtype": vllm_dtype(spec.train.precision)}
+    options = {"dtype": vllm_dtype(precision or Precision.of(spec.train.precision))}
 
     def llm(*args: Any, **kwargs: Any) -> Any:
         return original(*args, **{**kwargs, **options})
