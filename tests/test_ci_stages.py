@@ -41,3 +41,37 @@ def test_a_total_over_the_budget_is_named() -> None:
     done = _run("stage slow sleep 1\n", budget_s=0)
     assert done.returncode == 0
     assert done.stdout.splitlines()[-1] == "  the total is over the budget of 0 s", done.stdout
+
+
+LEFT_TO_PYTEST_M_SLOW = {
+    # All 1,995 AgentDojo cases through AgentDojo's own pipeline: 4 minutes, on data that ships pinned.
+    "tests/tasks/agent_security/test_security_agentdojo.py": "4 minutes",
+}
+"""Test files with slow tests that CI's slow stage leaves to ``pytest -m slow``, with the reason."""
+
+
+SLOW_MARK = re.compile(
+    r"^\s*@pytest\.mark\.slow\b|marks=pytest\.mark\.slow\b|^pytestmark\b.*\bslow\b", re.MULTILINE
+)
+
+
+def _slow_stage_files(ci: str) -> set[str]:
+    command = re.search(
+        r'^stage "slow tests" pytest -m slow (.*?)(?<!\\)\n', ci, flags=re.MULTILINE | re.DOTALL
+    )
+    assert command, "no slow-tests stage in .ci/run"
+    return set(command.group(1).replace("\\\n", " ").split())
+
+
+def test_every_file_with_slow_tests_is_in_the_slow_stage() -> None:
+    """A slow test no stage runs would rot unseen: each test file marking one is in CI's slow stage
+    (or named in :data:`LEFT_TO_PYTEST_M_SLOW`), and each file the stage names exists."""
+    listed = _slow_stage_files((REPO / ".ci" / "run").read_text())
+    marked = {
+        str(path.relative_to(REPO))
+        for path in (REPO / "tests").rglob("test_*.py")
+        if SLOW_MARK.search(path.read_text(encoding="utf-8"))
+    }
+    assert marked - listed - set(LEFT_TO_PYTEST_M_SLOW) == set()
+    assert {name for name in listed if not (REPO / name).is_file()} == set()
+    assert marked & set(LEFT_TO_PYTEST_M_SLOW) == set(LEFT_TO_PYTEST_M_SLOW)  # still slow, still left
