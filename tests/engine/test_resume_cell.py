@@ -19,7 +19,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -32,8 +31,7 @@ from mrbench.engine.cell import resume
 from mrbench.engine.cell.checkpoints import CellFolder, parse_save
 from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import resolve_spec
-from mrbench.engine.training.reward_log import RewardLog
-from mrbench.engine.training.run_diagnostics import DiagnosticsAccumulator
+from mrbench.engine.training.step_diagnostics import StepDiagnostics
 from mrbench.store.client import RetryingClient, ensure_experiment
 
 TASK_PARAMS = {"n_train": "16", "n_eval": "4"}
@@ -326,9 +324,8 @@ def _fake_checkpoint(
         torch.save({"state": torch.ones(3)}, path / name)
     (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     start = resume.CellStart(run_id, run_key, "sqlite:///x.db", "1", parse_save("final"), 2, None)
-    trainer = SimpleNamespace(
-        diag_accumulator=DiagnosticsAccumulator(), _batches_scored=step, reward_log=RewardLog()
-    )
+    trainer = StepDiagnostics({})  # its running state, as a cell's trainer saves it
+    trainer.batches_scored = step
     writer = resume.CheckpointWriter(trainer, folder, start)
     writer.keep_every = 0
     writer.complete(path, step)

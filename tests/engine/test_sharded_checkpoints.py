@@ -58,11 +58,12 @@ def _checkpoint(folder: CellFolder, step: int, layout: Path | None = None, *, we
 
 def _writer(folder: CellFolder, keep_every: int = 0) -> resume.CheckpointWriter:
     start = resume.CellStart("r1", KEY, "sqlite:///x.db", "1", parse_save("final"), 2, None)
-    trainer = SimpleNamespace(
-        diag_accumulator=SimpleNamespace(),
-        _batches_scored=0,
-        reward_log=SimpleNamespace(save=lambda path: Path(path).write_bytes(b"rewards")),
-    )
+
+    def save_running_state(checkpoint: Path) -> tuple[dict[str, int], int]:
+        (checkpoint / "mrbench-rewards.npz").write_bytes(b"rewards")
+        return {}, 0
+
+    trainer = SimpleNamespace(save_running_state=save_running_state)
     writer = resume.CheckpointWriter(trainer, folder, start)
     writer.keep_every = keep_every
     return writer

@@ -235,6 +235,32 @@ def test_diagnostics_accumulator_skips_undefined_values():
     assert empty["steps"] == 0 and empty["resolution"] is None and empty["shadow"] == {}
 
 
+def test_the_running_state_a_checkpoint_keeps_restores_what_was_saved(tmp_path):
+    """What a training checkpoint keeps beside TRL's state (the diagnostics' running sums, through
+    JSON as the resume marker holds them, the rewards so far and the batch count) comes back equal."""
+    import json
+
+    import numpy as np
+
+    from mrbench.engine.training.step_diagnostics import StepDiagnostics
+
+    saved = StepDiagnostics({})
+    saved.accumulator.add(
+        _batch([[1.0, None], [None, 1.0]], [1.0, None]),
+        ShadowComparison(0.5, {"gdpo": ShadowStats(1.0, None, 0.5)}),
+    )
+    saved.rewards.add(np.arange(12.0).reshape(2, 3, 2), [7, 8])
+    saved.batches_scored = 3
+    diagnostics, batches = saved.save_running_state(tmp_path)
+    restored = StepDiagnostics({})
+    restored.restore_running_state(tmp_path, json.loads(json.dumps(diagnostics)), batches)
+    assert restored.accumulator.summary(["a", "b"]) == saved.accumulator.summary(["a", "b"])
+    assert restored.batches_scored == 3
+    np.testing.assert_array_equal(restored.rewards.batches[0], saved.rewards.batches[0])
+    with pytest.raises(ValueError, match="not the state of a DiagnosticsAccumulator"):
+        DiagnosticsAccumulator.from_json({"__class__": "_Mean", "state": {"total": 0.0, "count": 0}})
+
+
 # --------------------------------------------------------------------------- task rollouts
 
 ENV_TEXT = " [env]"

@@ -58,7 +58,6 @@ import os
 import shutil
 import signal
 import struct
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +69,6 @@ from mrbench.core.records import RecordError
 from mrbench.core.results_layout import RESUME_MARKER
 from mrbench.engine.cell import checkpoint_layout
 from mrbench.engine.cell.checkpoints import CellFolder, SaveMode, parse_save, require_room_for_checkpoint
-from mrbench.engine.training import reward_log
 
 log = logging.getLogger(__name__)
 
@@ -354,30 +352,6 @@ def start_run(
 # --------------------------------------------------------------------------- writing checkpoints
 
 
-def _to_json(obj: Any) -> Any:
-    """A plain object graph (dicts, lists, numbers, objects with a ``__dict__``) as JSON-ready data."""
-    if isinstance(obj, dict):
-        return {k: _to_json(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_to_json(v) for v in obj]
-    if hasattr(obj, "__dict__"):
-        return {"__class__": type(obj).__name__, "state": _to_json(vars(obj))}
-    return obj
-
-
-def _from_json(data: Any, module: Any) -> Any:
-    """Inverse of :func:`_to_json`; classes are looked up by name in ``module``."""
-    if isinstance(data, dict) and "__class__" in data:
-        obj = object.__new__(getattr(module, data["__class__"]))
-        obj.__dict__.update(_from_json(data["state"], module))
-        return obj
-    if isinstance(data, dict):
-        return {k: _from_json(v, module) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_from_json(v, module) for v in data]
-    return data
-
-
 def _strip(path: Path) -> None:
     """Make the checkpoint ``path`` model-only (its marker first: never a marker without its files)."""
     (path / MARKER).unlink(missing_ok=True)
@@ -444,8 +418,8 @@ class CheckpointWriter:
         retire the earlier ones."""
         from mrbench.engine.processes.distributed import world_size
 
-        trainer = self.trainer
-        trainer.reward_log.save(path / reward_log.CHECKPOINT_FILE)  # the rewards so far (rewards.npz)
+        # The rewards so far (for rewards.npz) go into the folder, the rest into the marker.
+        diagnostics, batches_scored = self.trainer.save_running_state(path)
         files = {}
         for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != MARKER):
             fsync_path(file)  # the marker must never outlive, on disk, the files it vouches for
@@ -459,8 +433,8 @@ class CheckpointWriter:
             step=step,
             processes=world_size(),
             files=files,
-            diagnostics=_to_json(trainer.diag_accumulator),
-            batches_scored=trainer._batches_scored,
+            diagnostics=diagnostics,
+            batches_scored=batches_scored,
         ).write(path)
         for older, older_path in self.folder.step_checkpoints():
             if older >= step:
@@ -479,13 +453,9 @@ class CheckpointWriter:
         checkpoint folder for ``trainer.train(resume_from_checkpoint=...)`` (None: not resuming)."""
         if self.resumed is None:
             return None
-        marker = self.resumed.point.marker
-        trainer = self.trainer
-        module = sys.modules[type(trainer.diag_accumulator).__module__]
-        trainer.diag_accumulator = _from_json(marker.diagnostics, module)
-        trainer._batches_scored = marker.batches_scored
-        trainer.reward_log = reward_log.RewardLog.load(self.resumed.point.path / reward_log.CHECKPOINT_FILE)
-        return str(self.resumed.point.path)
+        point = self.resumed.point
+        self.trainer.restore_running_state(point.path, point.marker.diagnostics, point.marker.batches_scored)
+        return str(point.path)
 
 
 def check_can_kill_group() -> None:

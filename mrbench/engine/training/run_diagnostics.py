@@ -105,3 +105,43 @@ class DiagnosticsAccumulator:
     def summary(self, components: list[str]) -> dict[str, Any]:
         """:meth:`record` as the JSON the cell writes."""
         return self.record(components).to_json()
+
+    def to_json(self) -> Any:
+        """The running sums as JSON-ready data (kept in a training checkpoint's resume marker)."""
+        return _to_json(self)
+
+    @staticmethod
+    def from_json(data: Any) -> DiagnosticsAccumulator:
+        """Inverse of :meth:`to_json`."""
+        accumulator = _from_json(data)
+        if not isinstance(accumulator, DiagnosticsAccumulator):
+            raise ValueError(f"not the state of a DiagnosticsAccumulator: {type(accumulator).__name__}")
+        return accumulator
+
+
+_CLASSES = {cls.__name__: cls for cls in (DiagnosticsAccumulator, _Mean)}
+"""The classes an accumulator's state holds, by the name :func:`_to_json` writes."""
+
+
+def _to_json(obj: Any) -> Any:
+    """A plain object graph (dicts, lists, numbers, objects with a ``__dict__``) as JSON-ready data."""
+    if isinstance(obj, dict):
+        return {k: _to_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_to_json(v) for v in obj]
+    if hasattr(obj, "__dict__"):
+        return {"__class__": type(obj).__name__, "state": _to_json(vars(obj))}
+    return obj
+
+
+def _from_json(data: Any) -> Any:
+    """Inverse of :func:`_to_json`; classes are those of :data:`_CLASSES`."""
+    if isinstance(data, dict) and "__class__" in data:
+        obj = object.__new__(_CLASSES[data["__class__"]])
+        obj.__dict__.update(_from_json(data["state"]))
+        return obj
+    if isinstance(data, dict):
+        return {k: _from_json(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_from_json(v) for v in data]
+    return data

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from mrbench.core.records import ShadowComparison
 from mrbench.engine.training.advantage_hook import ScoredBatch
-from mrbench.engine.training.reward_log import RewardLog
+from mrbench.engine.training.reward_log import CHECKPOINT_FILE, RewardLog
 from mrbench.engine.training.run_diagnostics import DiagnosticsAccumulator
 from mrbench.methods import METHODS
 from mrbench.methods.diagnostics import diagnostics, shadow_diagnostics
@@ -52,8 +53,8 @@ class StepDiagnostics:
 
     ``accumulator`` holds the run means of the training batches; ``rewards`` every training batch's
     rewards (main process only; :mod:`mrbench.engine.training.reward_log`); ``batches_scored`` counts the
-    batches seen (all three are saved in, and restored from, a training checkpoint by
-    :mod:`mrbench.engine.cell.resume`).
+    batches seen (all three are the running state a training checkpoint keeps:
+    :meth:`save_running_state`, :meth:`restore_running_state`).
     """
 
     def __init__(self, shadow_fns: dict[str, Callable[..., Any]], every: int = 1) -> None:
@@ -63,6 +64,19 @@ class StepDiagnostics:
         self.rewards = RewardLog()
         self.batches_scored = 0
         self._warned: set[str] = set()
+
+    def save_running_state(self, checkpoint: Path) -> tuple[Any, int]:
+        """Write the rewards so far into the training ``checkpoint`` folder
+        (:data:`~mrbench.engine.training.reward_log.CHECKPOINT_FILE`); return the accumulator's state
+        (JSON-ready) and ``batches_scored``, for the checkpoint's resume marker."""
+        self.rewards.save(checkpoint / CHECKPOINT_FILE)
+        return self.accumulator.to_json(), self.batches_scored
+
+    def restore_running_state(self, checkpoint: Path, diagnostics: Any, batches_scored: int) -> None:
+        """Inverse of :meth:`save_running_state`, from a resumed ``checkpoint``'s folder and marker."""
+        self.accumulator = DiagnosticsAccumulator.from_json(diagnostics)
+        self.batches_scored = batches_scored
+        self.rewards = RewardLog.load(checkpoint / CHECKPOINT_FILE)
 
     def after_batch(
         self,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -142,24 +143,17 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         """The run means of the training batches' diagnostics (``diagnostics.json``)."""
         return self.step_diagnostics.accumulator
 
-    @diag_accumulator.setter
-    def diag_accumulator(self, value: DiagnosticsAccumulator) -> None:  # restored by engine.cell.resume
-        self.step_diagnostics.accumulator = value
-
     @property
     def reward_log(self) -> RewardLog:
         """Every training batch's rewards so far (``rewards.npz``; kept in a training checkpoint)."""
         return self.step_diagnostics.rewards
 
-    @reward_log.setter
-    def reward_log(self, value: RewardLog) -> None:  # restored by engine.cell.resume
-        self.step_diagnostics.rewards = value
+    def save_running_state(self, checkpoint: Path) -> tuple[Any, int]:
+        """mrbench's running state beside TRL's, for a training checkpoint
+        (:meth:`~mrbench.engine.training.step_diagnostics.StepDiagnostics.save_running_state`; written by
+        :mod:`mrbench.engine.cell.resume`)."""
+        return self.step_diagnostics.save_running_state(checkpoint)
 
-    @property
-    def _batches_scored(self) -> int:
-        """Generation batches scored so far (kept in a training checkpoint by mrbench.engine.cell.resume)."""
-        return self.step_diagnostics.batches_scored
-
-    @_batches_scored.setter
-    def _batches_scored(self, value: int) -> None:
-        self.step_diagnostics.batches_scored = value
+    def restore_running_state(self, checkpoint: Path, diagnostics: Any, batches_scored: int) -> None:
+        """Inverse of :meth:`save_running_state`, when the cell resumes from ``checkpoint``."""
+        self.step_diagnostics.restore_running_state(checkpoint, diagnostics, batches_scored)
