@@ -60,13 +60,15 @@ def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 
 def is_kind(value: Any, kind: type | tuple[type, ...]) -> bool:
     """Whether JSON value ``value`` is a ``kind``; ``true``/``false`` are a bool only (not an int,
-    whatever Python says), unless ``kind`` names bool.
+    whatever Python says), unless ``kind`` names bool (or ``object``: any value).
 
     >>> is_kind(3, int), is_kind(True, int), is_kind(True, (bool, int)), is_kind(2.5, (int, float))
     (True, False, True, True)
+    >>> is_kind(True, object)
+    True
     """
     kinds = _kinds(kind)
-    return isinstance(value, kinds) and (not isinstance(value, bool) or bool in kinds)
+    return isinstance(value, kinds) and (not isinstance(value, bool) or bool in kinds or object in kinds)
 
 
 def optional(
