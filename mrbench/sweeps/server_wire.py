@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mrbench.core.json_fields import RecordError, required
+from mrbench.core.json_fields import RecordError, optional, required
 
 
 class WireError(ValueError):
@@ -134,9 +134,7 @@ def parse_request(line: bytes) -> ForkRequest:
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
         ):
             raise WireError(f"{what}: 'env' should be an object of strings, not {_short(env)}")
-        log = data.get("log")
-        if log is not None and not isinstance(log, str):
-            raise WireError(f"{what}: 'log' should be str or null, not {_short(log)}")
+        log = _optional_str(data, "log", what)
         return ForkRequest(request_id, _str(data, "payload", what), dict(env), _str(data, "cwd", what), log)
     except WireError as exc:  # the id is good: the server can refuse this request by it
         raise WireError(str(exc), request_id) from None
@@ -185,6 +183,14 @@ def _field(data: Mapping[str, Any], key: str, kind: type, what: str) -> Any:
     absent or null is missing; JSON true is no int), as a :class:`WireError`."""
     try:
         return required(data, key, kind, what)
+    except RecordError as exc:
+        raise WireError(str(exc)) from None
+
+
+def _optional_str(data: Mapping[str, Any], key: str, what: str) -> str | None:
+    """``data[key]``, a str, or None when absent or null (json_fields.optional), as a :class:`WireError`."""
+    try:
+        return optional(data, key, str, what, None)
     except RecordError as exc:
         raise WireError(str(exc)) from None
 

@@ -88,7 +88,7 @@ def test_a_malformed_init_line_names_its_field(data: Any, named: str) -> None:
         ({"env": {"A": 1}}, "fork request: 'env' should be an object of strings", 4),
         ({"env": ["A=1"]}, "fork request: 'env' should be an object of strings", 4),
         ({"cwd": 7}, "fork request: 'cwd' should be str", 4),
-        ({"log": 7}, "fork request: 'log' should be str or null", 4),
+        ({"log": 7}, "fork request: 'log' should be str, not 7", 4),
     ],
 )
 def test_a_malformed_request_names_its_field_and_keeps_a_readable_id(
