@@ -60,6 +60,7 @@ def test_cli_dry_run_against_a_server_that_does_not_answer_returns_at_once(hangi
     assert time.monotonic() - start < 30 and hanging.accepted == []
 
 
+@pytest.mark.slow
 def test_cli_report_names_a_server_that_does_not_answer(hanging, tmp_path) -> None:
     start = time.monotonic()
     done = run_mrbench(

@@ -280,14 +280,14 @@ def _toy_launch(name: str, fork: bool, monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 # Ranks started by `accelerate launch` (each a new interpreter, what CUDA cells use) cost seconds
-# more than forked ones: one case runs by default, the others in the slow stage (`pytest -m slow`).
+# more than forked ones: those cases run in the slow stage (`pytest -m slow`), the forked ones by default.
 SLOW_LAUNCH = [
     pytest.param(False, id="accelerate-launch", marks=pytest.mark.slow),
     pytest.param(True, id="forked"),
 ]
 
 
-@pytest.mark.parametrize("fork", [False, True], ids=["accelerate-launch", "forked"])
+@pytest.mark.parametrize("fork", SLOW_LAUNCH)
 def test_launch_cell_returns_rank_zeros_result(fork, monkeypatch, tmp_path):
     result = _toy_launch("ok", fork, monkeypatch, tmp_path, threads=2)
     assert result == {"run_id": "t-0", "world_size": 2, "ranks_seen": "0", "forked": fork, "env": {}}

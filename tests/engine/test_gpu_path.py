@@ -73,6 +73,7 @@ def test_trl_config_on_a_cpu_follows_the_settings(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here")
+@pytest.mark.slow
 def test_use_vllm_without_vllm_is_a_one_line_error_before_any_run(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     spec = resolve_spec("grpo", "tool-calling", "tiny", 0, task_params=TASK_PARAMS, train={"use_vllm": True})

@@ -50,7 +50,10 @@ def _runs(uri: str, experiment: str) -> dict[str, tuple[str, str | None]]:
     }
 
 
-@pytest.mark.parametrize("daemonic", [False, True], ids=["plain", "in a daemonic process"])
+@pytest.mark.parametrize(
+    "daemonic",
+    [pytest.param(False, id="plain"), pytest.param(True, id="in a daemonic process", marks=pytest.mark.slow)],
+)
 def test_the_writer_logs_the_parent_its_children_and_the_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, simulated, daemonic: bool
 ) -> None:
@@ -104,6 +107,7 @@ def test_an_unexpected_failure_carries_the_childs_traceback(tmp_path: Path, simu
     assert "in the writer process" in notes and "open_lab_run" in notes
 
 
+@pytest.mark.slow
 def test_a_script_without_a_main_guard_can_run_the_lab(tmp_path: Path) -> None:
     # A multiprocessing child would re-import this script and fail ("bootstrapping phase").
     script = tmp_path / "my_lab.py"
@@ -137,9 +141,9 @@ def _children(pid: int) -> list[int]:
     [
         (signal.SIGINT, False, 130),
         (signal.SIGKILL, False, -signal.SIGKILL),
-        (signal.SIGINT, True, 130),  # Ctrl-C in a terminal
-        # A cluster's stop (SLURM, Kubernetes) to the whole job, and a closed terminal: the same
-        # path as Ctrl-C to the group with another signal, so they run in the slow stage.
+        # Ctrl-C in a terminal, a cluster's stop (SLURM, Kubernetes) to the whole job and a closed
+        # terminal reach the whole group: the slow stage runs those.
+        pytest.param(signal.SIGINT, True, 130, id="SIGINT to the group", marks=pytest.mark.slow),
         pytest.param(signal.SIGTERM, True, 143, id="SIGTERM to the group", marks=pytest.mark.slow),
         pytest.param(signal.SIGHUP, True, 129, id="SIGHUP to the group", marks=pytest.mark.slow),
     ],
@@ -185,6 +189,7 @@ def _state(pid: int) -> str:
         return "zombie"
 
 
+@pytest.mark.slow
 def test_creating_the_store_prints_no_mlflow_info_lines(tmp_path: Path) -> None:
     # An empty cache: the writer makes the empty store, and MLflow logs its migrations at INFO.
     env = {

@@ -43,6 +43,7 @@ def test_the_check_names_a_server_that_does_not_answer(hanging_server, monkeypat
     assert "\n" not in message and len(message) < 300, message
 
 
+@pytest.mark.slow
 def test_a_call_gives_up_within_its_budget_on_a_server_that_does_not_answer(
     hanging_server, monkeypatch
 ) -> None:

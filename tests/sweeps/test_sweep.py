@@ -343,6 +343,7 @@ def test_sigkill_mid_cell_then_rerun_finishes_each_cell_exactly_once(store: str)
     assert "marked 2 stale RUNNING run(s) KILLED" in done.stdout  # the child and the parent
 
 
+@pytest.mark.slow
 def test_worker_hit_by_two_sigints_still_ends_its_run_killed(store: str, tmp_path: Path) -> None:
     # A worker often gets SIGINT twice (the parent-death signal and the parent watcher; a
     # Ctrl-C to the process group and the sweep's own signal). The second must not interrupt
