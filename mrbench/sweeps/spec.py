@@ -40,7 +40,8 @@ from mrbench.sweeps.settings import BY_KEY, SETTINGS, At
 MAIN_METHODS = ("grpo", "gdpo", "corrgrpo")
 LAB_SCENARIOS = tuple(LAB_PRESETS)  # every preset runs every lab scenario (seconds in all)
 LAB_SEEDS = 50  # seeds per lab scenario: the lab's own default (mrbench simulate --seeds)
-ALL_TASKS = ("code-generation", "tool-calling", "agent-security")
+# The paper's three tasks, which every preset runs; a plugin task joins a sweep with --tasks or YAML.
+PAPER_TASKS = ("code-generation", "tool-calling", "agent-security")
 TINY_LADDER = ("tiny", "tiny-s", "tiny-m", "tiny-l")
 SMOL_MODEL = "smollm2-135m"
 # The `cpu` preset stops at tiny-m: with two workers on two cores (a thread each) tiny-l's warm
@@ -159,7 +160,7 @@ PRESETS: dict[str, SweepSpec] = {
     "smoke": SweepSpec(
         name="smoke",
         methods=MAIN_METHODS,
-        tasks=ALL_TASKS,
+        tasks=PAPER_TASKS,
         models=("tiny",),
         seeds=(0, 1, 2),
         workers=2,
@@ -171,7 +172,7 @@ PRESETS: dict[str, SweepSpec] = {
     "cpu": SweepSpec(
         name="cpu",
         methods=MAIN_METHODS,
-        tasks=ALL_TASKS,
+        tasks=PAPER_TASKS,
         models=CPU_LADDER,
         seeds=(0, 1, 2),
         preset="cpu",
@@ -211,7 +212,7 @@ PRESETS: dict[str, SweepSpec] = {
     "paper": SweepSpec(
         name="paper",
         methods=MAIN_METHODS,
-        tasks=ALL_TASKS,
+        tasks=PAPER_TASKS,
         models=(),
         seeds=(0, 1, 2),
         task_models=dict(PAPER_MODELS),
