@@ -206,6 +206,7 @@ def plain_trl_trainer(args: argparse.Namespace, model: str, use_vllm: bool, out_
 
     from mrbench.engine.config import resolve_spec
     from mrbench.engine.evaluation.policy import load_policy
+    from mrbench.engine.models.catalog import Precision
     from mrbench.engine.training.grpo_setup import grpo_config
     from mrbench.tasks import build_task
 
@@ -224,7 +225,7 @@ def plain_trl_trainer(args: argparse.Namespace, model: str, use_vllm: bool, out_
         return total
 
     rows = [{"prompt": s.prompt, "sample_id": s.id, **s.columns} for s in task.train_samples()]
-    config = grpo_config(spec, task, out_dir, progress=False)
+    config = grpo_config(spec, task, out_dir, progress=False, precision=Precision.of(spec.train.precision))
     config.reward_weights = None  # one reward function: weight 1
     if "rollout" in task.training_hooks():
         # Plain TRL has no multi-turn rollout of its own: compare single-turn generation only.

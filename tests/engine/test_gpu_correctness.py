@@ -24,6 +24,7 @@ from mrbench.core.errors import UserError
 from mrbench.engine.cell import runner
 from mrbench.engine.config import resolve_spec
 from mrbench.engine.evaluation import policy
+from mrbench.engine.models.catalog import Precision
 from mrbench.engine.processes.devices import gpus_for_slot, pin_for_cell, visible_gpus
 from mrbench.engine.training import grpo_setup, rollout_adapter
 from mrbench.engine.training.trainer import MultiRewardGRPOTrainer
@@ -82,7 +83,8 @@ def test_precision_setting_sets_trls_config(micro_model_dir: Path, tmp_path: Pat
         spec = resolve_spec("grpo", "tool-calling", str(micro_model_dir), 0, train={**SMALL, **train})
         task = build_task(spec.task, spec.task_params)
         try:
-            return grpo_setup.grpo_config(spec, task, str(tmp_path), progress=False)
+            precision = Precision.of(spec.train.precision)
+            return grpo_setup.grpo_config(spec, task, str(tmp_path), progress=False, precision=precision)
         finally:
             task.close()
 
@@ -277,7 +279,14 @@ def test_vllm_context_is_capped_from_the_task(micro_model_dir: Path, tmp_path: P
     spec = resolve_spec(
         "grpo", "tool-calling", str(micro_model_dir), 0, task_params={"n_train": 16}, train={"use_vllm": True}
     )
-    config = grpo_setup.grpo_config(spec, tools, str(tmp_path), progress=False, vllm_max_length=777)
+    config = grpo_setup.grpo_config(
+        spec,
+        tools,
+        str(tmp_path),
+        progress=False,
+        precision=Precision.of(spec.train.precision),
+        vllm_max_length=777,
+    )
     assert config.vllm_max_model_length == 777
 
 
@@ -384,11 +393,14 @@ def test_vllm_generates_in_the_cells_precision(
         )
         task = build_task(spec.task, spec.task_params)
         try:
-            with grpo_setup.vllm_engine_options(spec):
+            resolved = Precision.of(precision)
+            with grpo_setup.vllm_engine_options(spec, resolved):
                 MultiRewardGRPOTrainer(
                     model=str(micro_model_dir),
                     reward_funcs=[c.fn for c in task.reward_components()],
-                    args=grpo_setup.grpo_config(spec, task, str(tmp_path / precision), progress=False),
+                    args=grpo_setup.grpo_config(
+                        spec, task, str(tmp_path / precision), progress=False, precision=resolved
+                    ),
                     train_dataset=grpo_setup.train_dataset(task.train_samples()),
                     processing_class=tok,
                     method_fn=methods.get_method("grpo").obj,
@@ -512,7 +524,6 @@ def test_a_cell_builds_its_trainer_inside_the_vllm_options(
     import contextlib
 
     import mrbench.engine.training.trainer as trainer_module
-    from mrbench.engine.models.catalog import Precision
 
     monkeypatch.setenv("MRBENCH_RESULTS", str(tmp_path / "results"))
     active: list[Any] = []

@@ -21,7 +21,7 @@ from mrbench.core.errors import UserError
 from mrbench.engine.cell.runner import run_cell
 from mrbench.engine.config import TrainSettings, resolve_spec
 from mrbench.engine.evaluation.generation import require_vllm
-from mrbench.engine.models.catalog import mixed_precision
+from mrbench.engine.models.catalog import Precision, mixed_precision
 from mrbench.engine.training.grpo_setup import grpo_config
 from mrbench.engine.training.rollout_adapter import policy_sampler
 from mrbench.tasks import build_task
@@ -58,7 +58,9 @@ def _config(tmp_path: Path, **train: Any) -> Any:
     spec = resolve_spec("grpo", "tool-calling", "tiny", 0, task_params=TASK_PARAMS, train=train)
     task = build_task(spec.task, spec.task_params)
     try:
-        return grpo_config(spec, task, str(tmp_path), progress=False)
+        return grpo_config(
+            spec, task, str(tmp_path), progress=False, precision=Precision.of(spec.train.precision)
+        )
     finally:
         task.close()
 

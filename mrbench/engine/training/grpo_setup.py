@@ -26,20 +26,21 @@ def grpo_config(
     task: Task,
     output_dir: str,
     progress: bool,
+    *,
+    precision: Precision,
     save_every: int = 0,
     vllm_max_length: int | None = None,
-    precision: Precision | None = None,
 ) -> Any:
-    """TRL's config for ``spec``; ``save_every`` > 0 saves the model (only) every that many steps
-    into ``output_dir/checkpoint-<step>``; ``vllm_max_length``: vLLM's context with ``use_vllm``
-    (:func:`mrbench.engine.evaluation.generation.vllm_context_cap`); ``precision``: the cell's,
-    resolved (None: ``spec.train.precision`` resolved here)."""
+    """TRL's config for ``spec`` under ``precision`` (the cell's ``precision`` setting, resolved once
+    by the cell: :meth:`~mrbench.engine.models.catalog.Precision.of`); ``save_every`` > 0 saves the
+    model (only) every that many steps into ``output_dir/checkpoint-<step>``; ``vllm_max_length``:
+    vLLM's context with ``use_vllm`` (:func:`mrbench.engine.evaluation.generation.vllm_context_cap`)."""
     import torch
     from trl import GRPOConfig
 
     train = spec.train
     on_gpu = torch.cuda.is_available()
-    mixed = (precision or Precision.of(train.precision)).mixed
+    mixed = precision.mixed
     return GRPOConfig(
         output_dir=output_dir,
         max_steps=train.steps,
@@ -93,10 +94,10 @@ def vllm_dtype(precision: Precision) -> str:
 
 
 @contextmanager
-def vllm_engine_options(spec: RunSpec, precision: Precision | None = None) -> Iterator[None]:
+def vllm_engine_options(spec: RunSpec, precision: Precision) -> Iterator[None]:
     """While the trainer is built (TRL builds its colocated ``vllm.LLM`` in the constructor), hand
     ``vllm.LLM`` the options TRL 1.16 has no ``GRPOConfig`` field for: ``dtype`` (:func:`vllm_dtype`
-    of ``precision``, the cell's resolved; None: ``spec.train.precision`` resolved here).
+    of the cell's resolved ``precision``).
 
     TRL calls ``LLM(...)`` by its name in ``trl.generation.vllm_generation``; that name is
     wrapped for the duration and put back after. Nothing happens without ``use_vllm`` or vLLM.
@@ -107,7 +108,7 @@ def vllm_engine_options(spec: RunSpec, precision: Precision | None = None) -> It
     if not spec.train.use_vllm or original is None:
         yield
         return
-    options = {"dtype": vllm_dtype(precision or Precision.of(spec.train.precision))}
+    options = {"dtype": vllm_dtype(precision)}
 
     def llm(*args: Any, **kwargs: Any) -> Any:
         return original(*args, **{**kwargs, **options})
