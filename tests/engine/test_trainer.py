@@ -259,6 +259,8 @@ def test_the_running_state_a_checkpoint_keeps_restores_what_was_saved(tmp_path):
     np.testing.assert_array_equal(restored.rewards.batches[0], saved.rewards.batches[0])
     with pytest.raises(ValueError, match="not the state of a DiagnosticsAccumulator"):
         DiagnosticsAccumulator.from_json({"__class__": "_Mean", "state": {"total": 0.0, "count": 0}})
+    with pytest.raises(ValueError, match=r"unknown class 'os\.system'"):
+        DiagnosticsAccumulator.from_json({"__class__": "os.system", "state": {}})
 
 
 # --------------------------------------------------------------------------- task rollouts

@@ -112,7 +112,7 @@ class DiagnosticsAccumulator:
 
     @staticmethod
     def from_json(data: Any) -> DiagnosticsAccumulator:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json`; ValueError on data that is not such a state."""
         accumulator = _from_json(data)
         if not isinstance(accumulator, DiagnosticsAccumulator):
             raise ValueError(f"not the state of a DiagnosticsAccumulator: {type(accumulator).__name__}")
@@ -137,6 +137,10 @@ def _to_json(obj: Any) -> Any:
 def _from_json(data: Any) -> Any:
     """Inverse of :func:`_to_json`; classes are those of :data:`_CLASSES`."""
     if isinstance(data, dict) and "__class__" in data:
+        if data["__class__"] not in _CLASSES:
+            raise ValueError(
+                f"not the state of a DiagnosticsAccumulator: unknown class {data['__class__']!r}"
+            )
         obj = object.__new__(_CLASSES[data["__class__"]])
         obj.__dict__.update(_from_json(data["state"]))
         return obj
