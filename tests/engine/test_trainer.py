@@ -120,7 +120,7 @@ def test_grpo_through_the_hook_equals_trl_builtin(micro_model_dir, tmp_path):
         assert logs[layout.shadow_metric("corrgrpo", "sign_agree")] == 1.0
         assert logs[layout.shadow_metric("corrgrpo", "rank_corr")] == pytest.approx(1.0)
         assert logs[layout.shadow_metric("corrgrpo", "resolution")] == logs[layout.ADV_RESOLUTION]
-    summary = trainer.diag_accumulator.summary(["_length", "_has_brace"])
+    summary = trainer.training_record(["_length", "_has_brace"]).diagnostics
     assert list(summary["shadow"]) == others and summary["shadow"]["corrgrpo"]["sign_agree"] == 1.0
     assert all(stats["steps"] == 2 for stats in summary["shadow"].values())
     assert 0.0 < summary["resolution"] <= 1.0
@@ -148,7 +148,7 @@ def test_grpo_collapses_binary_vectors_that_gdpo_resolves(micro_model_dir, tmp_p
         assert grpo <= gdpo
         assert grpo == pytest.approx(2 / 3) and gdpo == 1.0
         assert logs[layout.shadow_metric("corrgrpo", "sign_agree")] == 1.0
-    summary = trainer.diag_accumulator.summary(["_first_bit", "_second_bit"])
+    summary = trainer.training_record(["_first_bit", "_second_bit"]).diagnostics
     assert summary["resolution"] == pytest.approx(2 / 3) and summary["shadow"]["gdpo"]["resolution"] == 1.0
 
 
@@ -176,7 +176,7 @@ def test_failing_shadow_is_skipped_with_one_warning(micro_model_dir, tmp_path, c
         assert layout.shadow_metric("corrgrpo", "sign_agree") in logs
         skipped = (layout.ADV_SHADOW + "boom/", layout.ADV_SHADOW + "flat/")
         assert not any(key.startswith(skipped) for key in logs)
-    assert set(trainer.diag_accumulator.summary(["a", "b"])["shadow"]) == {"corrgrpo"}
+    assert set(trainer.training_record(["a", "b"]).diagnostics["shadow"]) == {"corrgrpo"}
 
 
 def test_resolve_shadows_names_and_switch():
@@ -198,14 +198,20 @@ def test_other_method_replaces_advantages_and_logs(micro_model_dir, tmp_path):
     # The completion log shows the advantages that were trained on, not TRL's.
     logged = torch.tensor(list(trainer._logs["advantages"]))[-expected.numel() :]
     torch.testing.assert_close(logged, expected.float(), atol=1e-6, rtol=1e-6)
-    rows = trainer.completion_log()
+    record = trainer.training_record(["_length", "_has_brace"])
+    rows = record.completions
     assert len(rows) == len(trainer._logs["prompt"]) and rows[-1]["prompt"].startswith("add ")
     assert set(rows[-1]["rewards"]) == {"_length", "_has_brace"}
     torch.testing.assert_close(torch.tensor([r["advantage"] for r in rows])[-expected.numel() :], logged)
     history = {k for entry in trainer.state.log_history for k in entry}
     assert {"adv/sign_flip_vs_grpo", "adv/share/_length", "adv/frac_zero_var_groups"} <= history
-    summary = trainer.diag_accumulator.summary(["_length", "_has_brace"])
+    summary = record.diagnostics
     assert summary["steps"] == 2 and len(summary["corr_matrix"]) == 2
+    # Every training batch's rewards [T, P, G, K], named and weighted as the trainer's reward functions.
+    assert record.rewards.components == ("_length", "_has_brace") and record.rewards.weights == (1.0, 1.0)
+    assert record.rewards.rewards.shape[0] == 2 and record.rewards.rewards.shape[2:] == (G, 2)
+    seen = trainer.seen_rewards.view(-1, G, 2)[-record.rewards.rewards.shape[1] :]
+    torch.testing.assert_close(torch.from_numpy(record.rewards.rewards[-1].astype("float32")), seen.float())
 
 
 def _batch(corr: list, share: list) -> BatchDiagnostics:

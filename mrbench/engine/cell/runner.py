@@ -494,11 +494,10 @@ def _log_results(run: _CellRun, after: EvalResult, trainer: Any, wall_s: float) 
     }
     run.log.metrics({layout.eval_metric(k): v for k, v in after.metrics.items()} | perf, run.spec.train.steps)
     run.log.json_artifact(after.samples, layout.EVAL_SAMPLES_AFTER)
-    components = [c.name for c in run.task.reward_components()]
-    run.log.json_artifact(trainer.diag_accumulator.summary(components), layout.DIAGNOSTICS_ARTIFACT)
-    run.log.json_artifact(trainer.completion_log(), layout.COMPLETIONS_ARTIFACT)
-    weights = [float(w) for w in trainer.reward_weights]
-    run.log.file_artifact(layout.REWARDS_ARTIFACT, trainer.reward_log.record(components, weights).save)
+    record = trainer.training_record([c.name for c in run.task.reward_components()])
+    run.log.json_artifact(record.diagnostics, layout.DIAGNOSTICS_ARTIFACT)
+    run.log.json_artifact(record.completions, layout.COMPLETIONS_ARTIFACT)
+    run.log.file_artifact(layout.REWARDS_ARTIFACT, record.rewards.save)
 
 
 def _complete(

@@ -9,7 +9,8 @@ collaborators that do the work, each of which explains the TRL internal it touch
   output and in ``_logs["advantages"]``. Everything else (loss, clipping, KL, optimisation) is TRL's.
 - :class:`~mrbench.engine.training.step_diagnostics.StepDiagnostics`: the per-step ``adv/...`` diagnostics
   and shadow estimators, appended to TRL's ``_metrics``; they only observe.
-- :func:`~mrbench.engine.training.completion_log.completion_rows`: TRL's completion log (``_logs``) as rows.
+- :func:`~mrbench.engine.training.completion_log.completion_rows`: TRL's completion log (``_logs``) as rows;
+  with the diagnostics and the rewards log it makes the :class:`TrainingRecord` the cell logs.
 - :mod:`mrbench.engine.training.shared_prefix` (``shared_prefix=True``): each group's prompt encoded once
   when scoring (``_get_per_token_logps_and_entropies``, for the policy and the reference model)
   and when generating on the transformers path (``model.generate``), the cache expanded to its
@@ -22,25 +23,41 @@ collaborators that do the work, each of which explains the TRL internal it touch
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
 
+from mrbench.core.rewards_record import RewardsRecord
 from mrbench.core.rollout import Rollout
 from mrbench.engine.training import shared_prefix as prefix
 from mrbench.engine.training.advantage_hook import AdvantageHook
 from mrbench.engine.training.completion_log import completion_rows
-from mrbench.engine.training.reward_log import RewardLog
 from mrbench.engine.training.rollout_adapter import trl_rollout_func
-from mrbench.engine.training.run_diagnostics import DiagnosticsAccumulator
 from mrbench.engine.training.step_diagnostics import StepDiagnostics, resolve_shadows
 
-__all__ = ["MultiRewardGRPOTrainer", "resolve_shadows"]
+__all__ = ["MultiRewardGRPOTrainer", "TrainingRecord", "resolve_shadows"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainingRecord:
+    """What a training run hands its cell to log, all read at once after ``train()``.
+
+    ``diagnostics``: the run means of the training batches' ``adv/...`` diagnostics and shadow
+    comparisons (``diagnostics.json``, see :mod:`mrbench.engine.training.run_diagnostics`);
+    ``completions``: the last logged generation batch, one row per completion (``B_total`` rows at
+    most; :func:`~mrbench.engine.training.completion_log.completion_rows`); ``rewards``: every
+    training batch's rewards ``[P, G, K]`` with the components' names and weights (``rewards.npz``).
+    """
+
+    diagnostics: dict[str, Any]
+    completions: list[dict[str, Any]]
+    rewards: RewardsRecord
 
 
 class MultiRewardGRPOTrainer(GRPOTrainer):
@@ -128,25 +145,20 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ what the cell reads
 
-    def completion_log(self) -> list[dict[str, Any]]:
-        """The last logged generation batch, one row per completion (``B_total`` rows at most; see
-        :func:`~mrbench.engine.training.completion_log.completion_rows`)."""
-        return completion_rows(self._logs)
+    def training_record(self, components: Sequence[str]) -> TrainingRecord:
+        """The :class:`TrainingRecord` of the training so far; ``components`` names the reward
+        functions, in order (the task's reward components)."""
+        weights = [float(w) for w in self.reward_weights]
+        return TrainingRecord(
+            diagnostics=self.step_diagnostics.accumulator.summary(list(components)),
+            completions=completion_rows(self._logs),
+            rewards=self.step_diagnostics.rewards.record(components, weights),
+        )
 
     @property
     def shadow_fns(self) -> dict[str, Callable[..., Any]]:
         """The shadow methods (name → function) compared with the method in use."""
         return self.step_diagnostics.shadow_fns
-
-    @property
-    def diag_accumulator(self) -> DiagnosticsAccumulator:
-        """The run means of the training batches' diagnostics (``diagnostics.json``)."""
-        return self.step_diagnostics.accumulator
-
-    @property
-    def reward_log(self) -> RewardLog:
-        """Every training batch's rewards so far (``rewards.npz``; kept in a training checkpoint)."""
-        return self.step_diagnostics.rewards
 
     def save_running_state(self, checkpoint: Path) -> tuple[Any, int]:
         """mrbench's running state beside TRL's, for a training checkpoint
