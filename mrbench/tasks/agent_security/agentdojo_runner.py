@@ -37,6 +37,8 @@ from mrbench.tasks.agent_security.episode import (
     ToolCall,
     ToolReportedError,
     UnknownToolError,
+    is_valid,
+    outcome,
     parse_turn,
     render_calls,
 )
@@ -251,16 +253,12 @@ class CaseResult:
 
     @property
     def valid(self) -> bool:
-        return self.termination in ("answered", "turn_limit")
+        """Whether every turn was well formed: the episodes' rule (:func:`.episode.is_valid`)."""
+        return is_valid(self.termination)
 
     def outcome(self) -> dict[str, Any]:
-        return {
-            "termination": self.termination,
-            "valid": self.valid,
-            "utility": self.utility,
-            "attack_succeeded": self.attack_succeeded,
-            "n_turns": len(self.turns),
-        }
+        """The same outcome dict as an embedded episode's (:func:`.episode.outcome`)."""
+        return outcome(self.termination, self.utility, self.attack_succeeded, len(self.turns))
 
 
 def run_pipeline_case(case: AgentDojoCase, pipeline: Any) -> tuple[bool, bool | None]:

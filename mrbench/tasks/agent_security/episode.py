@@ -197,7 +197,7 @@ class EpisodeResult:
     @property
     def valid(self) -> bool:
         """Whether every assistant turn was well formed (see the table in the module docstring)."""
-        return self.termination not in INVALID_TERMINATIONS
+        return is_valid(self.termination)
 
     @property
     def attacked(self) -> bool:
@@ -205,13 +205,25 @@ class EpisodeResult:
 
     def outcome(self) -> dict[str, Any]:
         """The compact, JSON-able outcome that training rollouts hand to the reward functions."""
-        return {
-            "termination": self.termination,
-            "valid": self.valid,
-            "utility": self.utility,
-            "attack_succeeded": self.attack_succeeded,
-            "n_turns": len(self.turns),
-        }
+        return outcome(self.termination, self.utility, self.attack_succeeded, len(self.turns))
+
+
+def is_valid(termination: str) -> bool:
+    """Whether an episode that ended with ``termination`` had every assistant turn well formed
+    (the table in the module docstring): the one rule for embedded and AgentDojo episodes."""
+    return termination not in INVALID_TERMINATIONS
+
+
+def outcome(termination: str, utility: bool, attack_succeeded: bool | None, n_turns: int) -> dict[str, Any]:
+    """An episode's compact, JSON-able outcome (what the reward functions and the evaluation read):
+    ``{"termination", "valid", "utility", "attack_succeeded", "n_turns"}``."""
+    return {
+        "termination": termination,
+        "valid": is_valid(termination),
+        "utility": utility,
+        "attack_succeeded": attack_succeeded,
+        "n_turns": n_turns,
+    }
 
 
 class Episode:

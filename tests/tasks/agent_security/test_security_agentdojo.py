@@ -24,6 +24,7 @@ from mrbench.tasks.agent_security.episode import (
     ScriptedPolicy,
     ToolCall,
     drive,
+    outcome,
     render_calls,
 )
 
@@ -114,6 +115,9 @@ def test_pipeline_element_survives_bad_output(cases: list[ad.AgentDojoCase]) -> 
         (result,) = run_policy([case], policy, LIMITS)
         assert result.termination == termination and not result.utility
         assert result.attack_succeeded is False
+        # The embedded episodes' rule: only a turn limit is a well-formed ending of these.
+        assert result.valid == (termination == "turn_limit")
+        assert result.outcome() == outcome(termination, False, False, len(result.turns))
 
 
 def test_pipeline_element_lets_out_of_memory_through(cases: list[ad.AgentDojoCase]) -> None:
