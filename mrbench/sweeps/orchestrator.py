@@ -303,11 +303,27 @@ def _check_cells(spec: SweepSpec, todo: list[Cell], cell_fn: CellFn | None) -> t
     executor = executor_for(spec, workers)
     if executor.elsewhere:
         callable_path(cell_fn)  # workers import it by path
-    # On Ray the cells check their node's GPUs themselves: this machine may have none (a head node).
-    check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed, here=executor.checks_gpus_here)
+    # On Ray the cells check their node's GPUs and models themselves: this machine may have no GPU
+    # (a head node), nor the nodes' model folders and caches.
+    check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed, here=executor.on_this_machine)
+    if executor.on_this_machine:
+        _check_models(spec, todo)
     malloc_setting()  # malformed $MRBENCH_MALLOC or $MRBENCH_CPU_FOLD: the user's to fix, before
     fold_setting()  # any cell reads them
     return cell_fn, executor, workers
+
+
+def _check_models(spec: SweepSpec, todo: list[Cell]) -> None:
+    """:class:`UserError` with one line per model of ``todo`` that cannot be loaded here
+    (:func:`mrbench.sweeps.preflight.unloadable_models`): a misspelt hub id stops the sweep at
+    once instead of failing each of its cells."""
+    from mrbench.sweeps.preflight import unloadable_models
+
+    models = [c.spec.model for c in todo if isinstance(c.spec, RunSpec)]
+    problems = unloadable_models(models)
+    if problems:
+        head = f"sweep {spec.name!r} cannot start ({len(problems)} problem(s)):"
+        raise UserError("\n".join([head, *(f"  {line}" for line in problems)]))
 
 
 @contextmanager

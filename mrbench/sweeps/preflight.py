@@ -10,13 +10,16 @@
   :class:`~mrbench.sweeps.memory_plan.MemoryPlan` on the GPU it will get (``gpu_memory``, else the
   visible GPU, else 80 GB); :func:`refusals` names the cells that do not fit and the setting that
   would make them fit. ``mrbench sweep --dry-run`` prints both (:func:`print_plans`).
+- :func:`unloadable_models`: each model the cells to run will load can be loaded here (a preset, a
+  folder holding a model, a hub id that exists or is cached), as ``mrbench run`` checks its one; the
+  sweep checks it once it knows which cells are left, so a finished model's cells need no hub.
 - :func:`with_steps_from_data`: the ``paper`` preset's steps from the training sets' sizes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -192,6 +195,21 @@ def on_gpu(spec: SweepSpec) -> bool:
         return bool(torch.cuda.is_available())
     except ImportError:
         return False
+
+
+def unloadable_models(models: Iterable[str]) -> list[str]:
+    """One line per distinct name in ``models`` that cannot be loaded on this machine, in order
+    (:func:`~mrbench.engine.models.catalog.check_model`: a folder without a model, an unknown name,
+    a hub id that does not exist, or one that is neither cached nor reachable)."""
+    from mrbench.engine.models.catalog import check_model
+
+    lines = []
+    for name in dict.fromkeys(models):
+        try:
+            check_model(name)
+        except UserError as exc:
+            lines.append(str(exc))
+    return lines
 
 
 def cell_plans(spec: SweepSpec, memory: int | None = None) -> list[CellPlan]:

@@ -31,7 +31,7 @@ def test_the_settings_choose_the_executor(spec: SimpleNamespace, workers: int, e
 
 
 def test_only_ray_cells_check_their_own_gpus_and_only_sequential_cells_run_here() -> None:
-    assert (Sequential().elsewhere, Sequential().checks_gpus_here) == (False, True)
-    assert (Processes(2).elsewhere, Processes(2).checks_gpus_here) == (True, True)
+    assert (Sequential().elsewhere, Sequential().on_this_machine) == (False, True)
+    assert (Processes(2).elsewhere, Processes(2).on_this_machine) == (True, True)
     ray = RayTasks(None, 0.0, 1.0)
-    assert (ray.elsewhere, ray.checks_gpus_here) == (True, False)
+    assert (ray.elsewhere, ray.on_this_machine) == (True, False)

@@ -454,3 +454,25 @@ def test_a_malformed_allocator_setting_stops_the_sweep_before_its_parent_run(
     client = MlflowClient(tracking_uri=store)
     experiment = client.get_experiment_by_name("malloc")
     assert experiment is None or parent_runs(store, "malloc") == []
+
+
+def test_a_model_that_cannot_be_loaded_stops_the_sweep_before_its_parent_run(
+    store: str, tmp_path: Path
+) -> None:
+    """As `mrbench run` does for its one model: a folder that holds no model (a misspelt path, a
+    hub id that does not exist) stops the sweep with one line per model, not one FAILED run per cell;
+    once its cells are FINISHED, the model is not needed (nor checked) to resume the sweep."""
+    model = tmp_path / "my-model"
+    model.mkdir()
+    with pytest.raises(
+        UserError, match=r"cannot start \(1 problem\(s\)\):\n  model '.*my-model'.*no config\.json"
+    ):
+        sweep(small("nomodel", models=(str(model),)), store)
+    assert parent_runs(store, "nomodel") == [] and child_statuses(store, "nomodel") == {}
+
+    (model / "config.json").write_text('{"model_type": "gpt2"}')
+    (model / "model.safetensors").write_bytes(b"")
+    assert sweep(small("nomodel", models=(str(model),)), store).exit_code == 0
+    (model / "model.safetensors").unlink()  # the cells are done: resuming needs no model
+    again = sweep(small("nomodel", models=(str(model),)), store)
+    assert again.exit_code == 0 and again.outcomes == [] and len(again.skipped) == 4

@@ -25,11 +25,12 @@ class Executor(Protocol):
 
     ``elsewhere``: the cells run in other processes (worker processes, Ray tasks), not in the
     sweep's own — their cell function is then imported by path, and the lab runs beside them;
-    ``checks_gpus_here``: this machine's GPUs are the cells' (not so on Ray, whose cells check their
-    own node's)."""
+    ``on_this_machine``: the cells run on this machine, so its GPUs, model folders and caches are
+    theirs and the sweep checks them before any run exists (not so on Ray, whose cells run on the
+    cluster's nodes and check their own)."""
 
     elsewhere: bool
-    checks_gpus_here: bool
+    on_this_machine: bool
 
     def run(self, cells: list[Cell], ctx: CellContext, progress: SweepProgress) -> Iterable[CellOutcome]:
         """Run ``cells``, yielding each one's outcome as it ends."""
@@ -41,7 +42,7 @@ class Sequential:
     """One cell after another, in this process."""
 
     elsewhere: bool = False
-    checks_gpus_here: bool = True
+    on_this_machine: bool = True
 
     def run(self, cells: list[Cell], ctx: CellContext, progress: SweepProgress) -> Iterable[CellOutcome]:
         from mrbench.sweeps.executors.local import run_sequential
@@ -55,7 +56,7 @@ class Processes:
 
     workers: int
     elsewhere: bool = True
-    checks_gpus_here: bool = True
+    on_this_machine: bool = True
 
     def run(self, cells: list[Cell], ctx: CellContext, progress: SweepProgress) -> Iterable[CellOutcome]:
         from mrbench.sweeps.executors.local import run_processes
@@ -71,7 +72,7 @@ class RayTasks:
     gpus_per_cell: float
     cpus_per_cell: float
     elsewhere: bool = True
-    checks_gpus_here: bool = False
+    on_this_machine: bool = False
 
     def run(self, cells: list[Cell], ctx: CellContext, progress: SweepProgress) -> Iterable[CellOutcome]:
         from mrbench.sweeps.executors.ray import run_ray
@@ -92,7 +93,7 @@ def executor_for(spec: SweepSpec, workers: int) -> Executor:
 
     >>> from types import SimpleNamespace as S
     >>> executor_for(S(executor="local", processes_per_cell=1), 1)
-    Sequential(elsewhere=False, checks_gpus_here=True)
+    Sequential(elsewhere=False, on_this_machine=True)
     >>> executor_for(S(executor="local", processes_per_cell=2), 1).elsewhere
     True
     """
