@@ -166,10 +166,17 @@ def _sentence(agree: list, differ: list) -> str:
     parts = []
     for method, lab, cells, measured in differ:
         if measured == 0:
-            parts.append(
+            unresolved = (
                 f"{method}: the lab predicts a difference (P = {_p(lab.p)}) that {cells.seeds} seeds of "
-                f"the cells do not resolve — too few seeds (the lab needs {_seeds(lab.seeds)})"
+                "the cells do not resolve"
             )
+            if lab.seeds is None or cells.seeds < lab.seeds:
+                parts.append(f"{unresolved} — too few seeds (the lab needs {_seeds(lab.seeds)})")
+            else:  # as many seeds as the lab's own difference needs: the cells' metric differs less
+                parts.append(
+                    f"{unresolved}, though the lab resolves one of its size with {lab.seeds} — on the "
+                    "cells' metric the difference is smaller or noisier than these rewards predict"
+                )
         elif lab.direction == 0:
             parts.append(
                 f"{method}: the cells resolve a difference (P = {_p(cells.p)}) that the lab does not "

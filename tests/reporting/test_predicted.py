@@ -113,6 +113,14 @@ def test_one_sentence_when_they_agree_and_one_when_they_do_not() -> None:
         "They do not agree: gdpo: the lab predicts a difference (P = 0.90 [0.80, 1.00]) that 3 seeds of the "
         "cells do not resolve — too few seeds (the lab needs 10)."
     )
+    enough = _pair(
+        (0.0, 0.0, 0.0), 3, (0.7, 0.2, 1.0), 3
+    )  # the lab's difference needs 3 seeds; the cells have 3
+    assert _sentence([], [enough]) == (
+        "They do not agree: gdpo: the lab predicts a difference (P = 0.00 [0.00, 0.00]) that 3 seeds of the "
+        "cells do not resolve, though the lab resolves one of its size with 3 — on the cells' metric the "
+        "difference is smaller or noisier than these rewards predict."
+    )
     unexplained = _pair((0.5, 0.4, 0.6), None, (0.9, 0.7, 1.0), 5)
     assert (
         "the cells resolve a difference (P = 0.90 [0.70, 1.00]) that the lab does not predict"
