@@ -242,12 +242,21 @@ def _with_cell_options(grid: Grid, spec: SweepSpec) -> Grid:
 
 
 def _print_dry_run(spec: SweepSpec, grid: Grid, uri: str, report: bool, console: Any) -> None:
-    """``--dry-run``: the grid with each cell's state in a store on this disk (if any), and what the
-    lab would run. A server is not contacted: a dry run needs no store, and one that hangs must not
-    hang it."""
+    """``--dry-run``: the grid with each cell's state in a store on this disk (if any), the models
+    its cells left to run cannot load here (where they run on this machine), and what the lab would
+    run. A server is not contacted: a dry run needs no store, and one that hangs must not hang it."""
     from mrbench.store.uri import is_local_store
+    from mrbench.sweeps.preflight import unloadable_models
 
-    print_grid(console, grid, peek_states(uri, spec.name, grid.cells) if is_local_store(uri) else None)
+    states = peek_states(uri, spec.name, grid.cells) if is_local_store(uri) else None
+    print_grid(console, grid, states)
+    todo = [c for c in grid.cells if states is None or states[c.key] != "done"]
+    if executor_for(spec, min(spec.workers, max(1, len(todo)))).on_this_machine:  # as _check_cells
+        problems = unloadable_models(c.spec.model for c in todo if isinstance(c.spec, RunSpec))
+        if problems:
+            head = f"dry run: sweep {spec.name!r} cannot start ({len(problems)} problem(s)):"
+            for line in [head, *(f"  {line}" for line in problems)]:
+                _say(console)(line)
     _describe_lab(spec, report, console)
     console.print(
         f"dry run: {len(grid.cells)} cells, nothing was run (store {uri}, experiment {spec.name!r})"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import _thread
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -469,6 +470,13 @@ def test_a_model_that_cannot_be_loaded_stops_the_sweep_before_its_parent_run(
     ):
         sweep(small("nomodel", models=(str(model),)), store)
     assert parent_runs(store, "nomodel") == [] and child_statuses(store, "nomodel") == {}
+    console = quiet()  # a dry run names it too, and runs nothing
+    run_sweep(small("nomodel", models=(str(model),)), tracking_uri=store, dry_run=True, console=console)
+    assert re.search(
+        r"dry run: sweep 'nomodel' cannot start \(1 problem\(s\)\):\n  model '.*my-model'",
+        console.file.getvalue(),
+    )
+    assert parent_runs(store, "nomodel") == []
 
     (model / "config.json").write_text('{"model_type": "gpt2"}')
     (model / "model.safetensors").write_bytes(b"")
