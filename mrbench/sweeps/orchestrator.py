@@ -202,10 +202,9 @@ def _preflight(spec: SweepSpec, dry_run: bool, console: Any) -> SweepSpec | None
         preflight.print_plans(_say(console), spec, plans)
     problems = preflight.refusals(spec, plans) + [m.line() for m in preflight.missing_data(spec)]
     if problems:
-        head = f"sweep {spec.name!r} cannot start ({len(problems)} problem(s)):"
         if not dry_run:
-            raise UserError("\n".join([head, *(f"  {line}" for line in problems)]))
-        for line in [f"dry run: {head}", *(f"  {line}" for line in problems)]:
+            raise UserError("\n".join(_cannot_start(spec, problems)))
+        for line in _cannot_start(spec, problems, prefix="dry run: "):
             _say(console)(line)
         return None
     spec = preflight.with_steps_from_data(spec)
@@ -254,8 +253,7 @@ def _print_dry_run(spec: SweepSpec, grid: Grid, uri: str, report: bool, console:
     if executor_for(spec, min(spec.workers, max(1, len(todo)))).on_this_machine:  # as _check_cells
         problems = unloadable_models(c.spec.model for c in todo if isinstance(c.spec, RunSpec))
         if problems:
-            head = f"dry run: sweep {spec.name!r} cannot start ({len(problems)} problem(s)):"
-            for line in [head, *(f"  {line}" for line in problems)]:
+            for line in _cannot_start(spec, problems, prefix="dry run: "):
                 _say(console)(line)
     _describe_lab(spec, report, console)
     console.print(
@@ -331,8 +329,13 @@ def _check_models(spec: SweepSpec, todo: list[Cell]) -> None:
     models = [c.spec.model for c in todo if isinstance(c.spec, RunSpec)]
     problems = unloadable_models(models)
     if problems:
-        head = f"sweep {spec.name!r} cannot start ({len(problems)} problem(s)):"
-        raise UserError("\n".join([head, *(f"  {line}" for line in problems)]))
+        raise UserError("\n".join(_cannot_start(spec, problems)))
+
+
+def _cannot_start(spec: SweepSpec, problems: list[str], prefix: str = "") -> list[str]:
+    """The lines that say why ``spec`` cannot start: a head counting ``problems``, then each indented."""
+    head = f"{prefix}sweep {spec.name!r} cannot start ({len(problems)} problem(s)):"
+    return [head, *(f"  {line}" for line in problems)]
 
 
 @contextmanager
