@@ -245,16 +245,14 @@ def _print_dry_run(spec: SweepSpec, grid: Grid, uri: str, report: bool, console:
     its cells left to run cannot load here (where they run on this machine), and what the lab would
     run. A server is not contacted: a dry run needs no store, and one that hangs must not hang it."""
     from mrbench.store.uri import is_local_store
-    from mrbench.sweeps.preflight import unloadable_models
 
     states = peek_states(uri, spec.name, grid.cells) if is_local_store(uri) else None
     print_grid(console, grid, states)
     todo = [c for c in grid.cells if states is None or states[c.key] != "done"]
-    if executor_for(spec, min(spec.workers, max(1, len(todo)))).on_this_machine:  # as _check_cells
-        problems = unloadable_models(c.spec.model for c in todo if isinstance(c.spec, RunSpec))
-        if problems:
-            for line in _cannot_start(spec, problems, prefix="dry run: "):
-                _say(console)(line)
+    problems = _model_problems(todo, _executor(spec, todo)[0])
+    if problems:
+        for line in _cannot_start(spec, problems, prefix="dry run: "):
+            _say(console)(line)
     _describe_lab(spec, report, console)
     console.print(
         f"dry run: {len(grid.cells)} cells, nothing was run (store {uri}, experiment {spec.name!r})"
@@ -306,30 +304,35 @@ def _check_cells(spec: SweepSpec, todo: list[Cell], cell_fn: CellFn | None) -> t
     parent run exists, when workers could not import the function or the cells' processes cannot
     train them."""
     cell_fn = cell_fn or import_target(DEFAULT_CELL_FN)
-    workers = min(spec.workers, max(1, len(todo)))
-    executor = executor_for(spec, workers)
+    executor, workers = _executor(spec, todo)
     if executor.elsewhere:
         callable_path(cell_fn)  # workers import it by path
     # On Ray the cells check their node's GPUs and models themselves: this machine may have no GPU
     # (a head node), nor the nodes' model folders and caches.
     check_processes_per_cell(todo, spec.processes_per_cell, spec.distributed, here=executor.on_this_machine)
-    if executor.on_this_machine:
-        _check_models(spec, todo)
+    problems = _model_problems(todo, executor)  # a misspelt hub id: once here, not in every cell
+    if problems:
+        raise UserError("\n".join(_cannot_start(spec, problems)))
     malloc_setting()  # malformed $MRBENCH_MALLOC or $MRBENCH_CPU_FOLD: the user's to fix, before
     fold_setting()  # any cell reads them
     return cell_fn, executor, workers
 
 
-def _check_models(spec: SweepSpec, todo: list[Cell]) -> None:
-    """:class:`UserError` with one line per model of ``todo`` that cannot be loaded here
-    (:func:`mrbench.sweeps.preflight.unloadable_models`): a misspelt hub id stops the sweep at
-    once instead of failing each of its cells."""
+def _executor(spec: SweepSpec, todo: list[Cell]) -> tuple[Executor, int]:
+    """The executor of ``todo`` and its workers (the sweep's, no more than the cells to run)."""
+    workers = min(spec.workers, max(1, len(todo)))
+    return executor_for(spec, workers), workers
+
+
+def _model_problems(todo: list[Cell], executor: Executor) -> list[str]:
+    """One line per model of ``todo`` that cannot be loaded here
+    (:func:`mrbench.sweeps.preflight.unloadable_models`); none where the cells run elsewhere (on
+    Ray each cell loads, and checks, its model on its node)."""
     from mrbench.sweeps.preflight import unloadable_models
 
-    models = [c.spec.model for c in todo if isinstance(c.spec, RunSpec)]
-    problems = unloadable_models(models)
-    if problems:
-        raise UserError("\n".join(_cannot_start(spec, problems)))
+    if not executor.on_this_machine:
+        return []
+    return unloadable_models(c.spec.model for c in todo if isinstance(c.spec, RunSpec))
 
 
 def _cannot_start(spec: SweepSpec, problems: list[str], prefix: str = "") -> list[str]:
