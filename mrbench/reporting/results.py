@@ -75,7 +75,15 @@ def cell_section(ctx: ReportContext, figures: FigureQueue, task: str, model: str
     elif not enough:
         lines.append("No winner named: it needs at least 2 methods with 2+ seeds each.")
     else:
-        lines.append("No winner: the 95 % CIs overlap.")
+        # Overlapping intervals of the means do not make two methods alike (a run-by-run
+        # comparison can still resolve them), so the line points at the table that compares.
+        line = "No winner: no method's 95 % CI is separated from every other's."
+        if BASELINE in scores:
+            line += (
+                " Overlapping intervals can still hide a difference: the probability of improvement"
+                f" below compares each method with `{BASELINE}` run by run."
+            )
+        lines.append(line)
     lines.append("")
     lines += _eval_table(ctx, methods, names, info)
     lines += _poi_table(ctx, scores, names)

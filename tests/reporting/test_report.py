@@ -286,7 +286,8 @@ def test_winner_is_named_only_when_intervals_separate(store: Store, tmp_path: Pa
         log_run(client, experiment_id, method="grpo", seed=seed + 3, before=0.6, after=g)
         log_run(client, experiment_id, method="corrgrpo", seed=seed + 3, before=0.6, after=c)
     text = build_report("winner", tracking_uri=store.uri, out=tmp_path, log_to_parent=False).read_text()
-    assert "No winner: the 95 % CIs overlap." in text and "**Few seeds**" not in text
+    assert "No winner: no method's 95 % CI is separated from every other's." in text
+    assert "compares each method with `grpo` run by run" in text and "**Few seeds**" not in text
 
 
 def test_run_selection_latest_finished_recovered_and_superseded(store: Store, tmp_path: Path) -> None:
