@@ -84,7 +84,8 @@ HOST = "host"
 PID = "pid"
 PRESET = "preset"
 UNAVAILABLE_TASKS = "unavailable_tasks"
-VERSION = "version."  # + package name
+VERSION = "version."  # + package name, "python", or VERSION_CPU
+VERSION_CPU = "cpu"  # the sweeping machine's CPU kind (core/provenance.cpu_kind), among the versions
 HEARTBEAT = "heartbeat"  # epoch seconds, refreshed while the invocation lives
 CLAIM = "claim."  # + run key: the invocation runs (or ran) that cell; value: the cell label
 

@@ -50,10 +50,24 @@ def _versions(ctx: ReportContext) -> dict[str, str]:
     """Package versions of the latest invocation: from sweep.json, else from its parent-run tags."""
     recorded = ctx.sweep_record.versions if ctx.sweep_record else {}
     if recorded:
-        return recorded
+        return dict(recorded)  # the caller takes the CPU out
     prefix = layout.tag(layout.VERSION)
     parent_tags = ctx.latest_parent.tags if ctx.latest_parent else {}
     return {layout.strip_prefix(prefix, k): v for k, v in parent_tags.items() if k.startswith(prefix)}
+
+
+def _provenance_rows(ctx: ReportContext) -> list[str]:
+    """The header's rows of what made the numbers: git commits, package versions, and the CPU kind
+    (CPU kernels round by instruction set, so a CPU sweep reproduces on that kind of CPU only)."""
+    shas = Counter(layout.read_tag(r.tags, layout.GIT_SHA, "unknown") for r in ctx.all_runs)
+    rows = ["| git sha | " + ", ".join(f"`{s}` ({n} runs)" for s, n in shas.most_common()) + " |"]
+    versions = _versions(ctx)
+    cpu = versions.pop(layout.VERSION_CPU, None)
+    if versions:
+        rows.append("| packages | " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + " |")
+    if cpu:
+        rows.append(f"| CPU (the sweeping machine's) | {cpu} |")
+    return rows
 
 
 def header(ctx: ReportContext) -> list[str]:
@@ -66,8 +80,6 @@ def header(ctx: ReportContext) -> list[str]:
             if layout.read_tag(p.tags, layout.COMMAND)
         )
     )
-    shas = Counter(layout.read_tag(r.tags, layout.GIT_SHA, "unknown") for r in runs)
-    versions = _versions(ctx)
     seed_counts = Counter(len(rs) for methods in sel.cells.values() for rs in methods.values())
     n_cells = sum(len(methods) for methods in sel.cells.values())
     lines = [
@@ -84,9 +96,7 @@ def header(ctx: ReportContext) -> list[str]:
         if len(commands) > 1:
             lines.append("| earlier commands | " + "<br>".join(f"`{c}`" for c in commands[:-1]) + " |")
     lines.append(f"| invocations (parent runs) | {len(sel.parents)} |")
-    lines.append("| git sha | " + ", ".join(f"`{s}` ({n} runs)" for s, n in shas.most_common()) + " |")
-    if versions:
-        lines.append("| packages | " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + " |")
+    lines += _provenance_rows(ctx)
     lines.append(
         f"| cells (method × task × model) | {n_cells}: {len(ctx.methods)} methods × "
         f"{len(ctx.tasks)} tasks, {len(runs)} runs used |"

@@ -36,11 +36,14 @@ tokenizer); ``constraints.txt`` pins the ones the committed reports were made wi
 
 def package_versions() -> dict[str, str]:
     """Versions of Python (line events, which the code-efficiency reward counts, differ between
-    Python versions) and of the packages that decide what a cell computes."""
+    Python versions) and of the packages that decide what a cell computes, and under ``cpu`` this
+    machine's CPU kind (:func:`~mrbench.core.provenance.cpu_kind`: a CPU cell's float rounding)."""
     import platform
     from importlib import metadata
 
-    versions = {"python": platform.python_version()}
+    from mrbench.core.provenance import cpu_kind
+
+    versions = {"python": platform.python_version(), layout.VERSION_CPU: cpu_kind()}
     for name in VERSION_PACKAGES:
         try:
             versions[name] = metadata.version(name)

@@ -73,6 +73,7 @@ def test_report_has_every_section(synthetic: Built) -> None:
         "| git sha | `fake0000` (26 runs) |",
         "| packages | ",
         "mlflow 3.17.2",
+        "| CPU (the sweeping machine's) | ",  # a row of its own, not among the packages
         "| seeds per cell | 3 seeds: 8 cells, 2 seeds: 1 cell |",
         "2000 resamples, numpy seed 0",
         "sweep config (latest invocation",
@@ -95,6 +96,7 @@ def test_report_has_every_section(synthetic: Built) -> None:
         "asr ↓",
     ]:
         assert fragment in text, fragment
+    assert not re.search(r"^\| packages \|.* cpu ", text, re.M), "the CPU kind is listed as a package"
     assert re.search(
         r"Every number and figure below is produced by `mrbench report rep --out \S+` from the MLflow store "
         r"alone \(the default store, experiment `rep`\)",
