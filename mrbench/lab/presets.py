@@ -200,16 +200,17 @@ EFFICIENCY_LOADING = 0.5
 def paper_code() -> Scenario:
     """The code-generation task's seven components (each in [0, 1], weights 1).
 
-    Correlations: the smoke runs' within-group correlations (``CODE_CORR_6``, printed from their
-    ``diagnostics.json`` by ``python scripts/smoke_corr.py``; the numbers of the report's
-    heatmaps ``reports/smoke/corr-code-generation.png``, averaged over the three methods).
+    Correlations: one smoke sweep's within-group correlations (``CODE_CORR_6``, printed from its
+    runs' ``diagnostics.json`` by ``python scripts/smoke_corr.py``; the numbers of its report's
+    heatmaps ``corr-code-generation.png``, averaged over the three methods), fixed since: they
+    define the scenario, and a smoke sweep on another CPU gives nearby ones.
     syntax, compile and ast_similarity are near-copies (0.996–0.999: Python compiles what it
     parses, and the AST exists exactly then); runtime and accuracy are a second pair (0.94).
     Efficiency almost never varied within a group in those runs (its correlations are undefined
     but for format's; left out of ``CODE_CORR_6`` by the command); by its definition (it counts
     only when the tests pass) its latent level here is 0.5·accuracy's plus independent variation,
     so its correlation with each component is half accuracy's. Levels under the uniform policy:
-    the grpo run's first-10 %-of-training values in ``reports/smoke/report.md`` (format 0.48,
+    the grpo run's first-10 %-of-training values in that sweep's ``report.md`` (format 0.48,
     syntax/compile 0.96, runtime 0.78, accuracy 0.75, ast_similarity 0.96) and efficiency 0.05.
     """
     names = ("format", "syntax", "compile", "runtime", "accuracy", "ast_similarity", "efficiency")
@@ -245,11 +246,11 @@ def paper_tools() -> Scenario:
     """The tool-calling task's four components: format {0, 1}, function_name [−0.5, 0.5],
     parameter [−1, 1], values [−1.5, 1.5] (weights 1; total in [−3, 4]).
 
-    Correlations: the smoke runs' within-group correlations (``TOOLS_CORR``, printed from their
-    ``diagnostics.json`` by ``python scripts/smoke_corr.py``; drawn in the report as
-    ``reports/smoke/corr-tool-calling.png``): format, function_name and parameter move together
+    Correlations: the same smoke sweep's within-group correlations (``TOOLS_CORR``, printed from
+    its runs' ``diagnostics.json`` by ``python scripts/smoke_corr.py``; drawn in its report as
+    ``corr-tool-calling.png``), fixed since: format, function_name and parameter move together
     (0.92–0.96), values half as much (0.44–0.47). Levels under the uniform policy: the tiny
-    model's evaluation levels in ``reports/smoke/report.md`` (mean of the three methods: format
+    model's evaluation levels in that sweep's ``report.md`` (mean of the three methods: format
     0.96, function_name 0.29, parameter 0.58, values −0.52).
     """
     names = ("format", "function_name", "parameter", "values")
@@ -282,10 +283,10 @@ def paper_tools() -> Scenario:
 def paper_security() -> Scenario:
     """The agent-security task's two binary components, utility and safety (weights 1).
 
-    Correlation 0.69: the smoke runs' within-group correlation (``SECURITY_CORR``, printed from their
-    ``diagnostics.json`` by ``python scripts/smoke_corr.py``; drawn in the report as
-    ``reports/smoke/corr-agent-security.png``). Levels under the uniform policy: the tiny model's
-    evaluation in ``reports/smoke/report.md`` (utility 0.155, safety = 1 − ASR ≈ 0.98): safety is
+    Correlation 0.69: the same smoke sweep's within-group correlation (``SECURITY_CORR``, printed
+    from its runs' ``diagnostics.json`` by ``python scripts/smoke_corr.py``; drawn in its report as
+    ``corr-agent-security.png``), fixed since. Levels under the uniform policy: the tiny model's
+    evaluation in that sweep's ``report.md`` (utility 0.155, safety = 1 − ASR ≈ 0.98): safety is
     rarely violated, so its rare failures are what GDPO's per-component z-score amplifies.
     """
     noise = 1.0
