@@ -32,7 +32,7 @@ def cpu_kind(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The processor's architecture, vendor and widest vector instructions, e.g. ``x86_64
     GenuineIntel AVX-512`` (Linux's ``cpuinfo``; elsewhere the architecture alone).
 
-    torch's and MKL's CPU kernels pick their code path by these (AVX-512 or AVX2, Intel or AMD),
+    torch's and MKL's CPU kernels pick their code path by these (AVX-512 or AVX2, say),
     and the paths round differently in the last bits, which a few training steps grow into other
     figures: a CPU sweep reproduces number for number on a CPU of the same kind only.
     """
