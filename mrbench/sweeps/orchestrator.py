@@ -58,7 +58,7 @@ from mrbench.sweeps.executors.local import slug
 from mrbench.sweeps.grid import Grid, expand_grid, print_grid
 from mrbench.sweeps.parent import finish_parent_run, kill_running_children, start_parent_run
 from mrbench.sweeps.progress import SweepProgress
-from mrbench.sweeps.resume import peek_states, resume_states
+from mrbench.sweeps.resume import DONE, peek_states, resume_states, unfinished
 from mrbench.sweeps.spec import SweepSpec
 
 EXIT_CELL_FAILED = 1
@@ -248,7 +248,7 @@ def _print_dry_run(spec: SweepSpec, grid: Grid, uri: str, report: bool, console:
 
     states = peek_states(uri, spec.name, grid.cells) if is_local_store(uri) else None
     print_grid(console, grid, states)
-    todo = [c for c in grid.cells if states is None or states[c.key] != "done"]
+    todo = grid.cells if states is None else unfinished(grid.cells, states)
     problems = _model_problems(todo, _executor(spec, todo)[0])
     if problems:
         for line in _cannot_start(spec, problems, prefix="dry run: "):
@@ -288,8 +288,8 @@ def _plan_cells(
             f"[yellow]sweep {spec.name!r} is also running[/yellow] as {other.describe()}: the cells it "
             "holds are skipped, and each remaining cell runs in whichever invocation claims it first"
         )
-    todo = [c for c in grid.cells if states[c.key] != "done"]
-    outcome.skipped = [c for c in grid.cells if states[c.key] == "done"]
+    todo = unfinished(grid.cells, states)
+    outcome.skipped = [c for c in grid.cells if states[c.key] == DONE]
     n_held = sum(states[c.key].startswith("held by") for c in todo)
     console.print(
         f"sweep {spec.name!r}: {len(grid.cells)} cells, {len(outcome.skipped)} already FINISHED (skipped), "

@@ -29,6 +29,15 @@ PEEK_RETRY_S = 10.0
 """How long a dry run's read of the store rides out an outage before it shows no resume states."""
 
 
+DONE = "done"
+"""The state of a cell whose run key has a FINISHED run (it is skipped)."""
+
+
+def unfinished(cells: list[Cell], states: dict[str, str]) -> list[Cell]:
+    """The cells of ``cells`` whose state in ``states`` is not :data:`DONE`, in order."""
+    return [c for c in cells if states[c.key] != DONE]
+
+
 @dataclass
 class Resume:
     """What the store says before this invocation starts."""
@@ -71,7 +80,7 @@ def resume_states(client: Any, experiment_id: str, cells: list[Cell], *, mark_st
     states = {}
     for cell in cells:
         if cell.key in finished:
-            states[cell.key] = "done"
+            states[cell.key] = DONE
         elif cell.key in holders:
             states[cell.key] = f"held by {holders[cell.key]}"
         elif cell.key in last:
